@@ -1,0 +1,57 @@
+"""chat-memory: chat memory for AI agents.
+
+An append-only event log per conversation, a bounded window for the model, compaction by
+whole turns that archives instead of deleting, and a paged ``conversation_search`` tool.
+"""
+
+from __future__ import annotations
+
+from .backends import open_store
+from .backends.base import Store
+from .config import CompactionStrategy, MemoryConfig, SummaryPlacement
+from .errors import (
+    ChatMemoryError,
+    ConcurrencyError,
+    ConfigurationError,
+    InvalidEventError,
+    InvalidInputError,
+    SchemaError,
+    SearchError,
+    StorageError,
+    SummarizerError,
+)
+from .events import Event, EventType
+from .memory import ChatMemory, CompactionResult, MemoryStats
+from .render import to_anthropic
+from .search import ConversationSearchTool, SearchHit, SearchPage
+from .summarizer import AnthropicSummarizer, Summarizer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AnthropicSummarizer",
+    "ChatMemory",
+    "ChatMemoryError",
+    "CompactionResult",
+    "CompactionStrategy",
+    "ConcurrencyError",
+    "ConfigurationError",
+    "ConversationSearchTool",
+    "Event",
+    "EventType",
+    "InvalidEventError",
+    "InvalidInputError",
+    "MemoryConfig",
+    "MemoryStats",
+    "SchemaError",
+    "SearchError",
+    "SearchHit",
+    "SearchPage",
+    "StorageError",
+    "Store",
+    "Summarizer",
+    "SummarizerError",
+    "SummaryPlacement",
+    "open_store",
+    "to_anthropic",
+]

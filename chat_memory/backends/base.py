@@ -1,0 +1,228 @@
+"""The store protocol every backend implements, and the pieces they share.
+
+A store keeps, per conversation: a version (bumped by every write), the last assigned
+``seq``, pinned system events, the current summary, active real events, and the archive.
+Stores apply compaction plans; they never make them (that is the engine's job).
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, TypeVar
+
+from ..errors import ChatMemoryError, ConcurrencyError, InvalidInputError, StorageError
+from ..events import Event, EventType, Window
+from ..search import SearchQuery, SearchResult
+
+MAX_CONVERSATION_ID_LENGTH = 1024
+
+
+def check_conversation_id(conversation_id: Any) -> str:
+    """Return the id if usable, else raise :class:`InvalidInputError` naming it. Any
+    non-empty string without NUL characters (and encodable as UTF-8) is allowed."""
+    if not isinstance(conversation_id, str) or not conversation_id:
+        raise InvalidInputError(f"conversation_id ({conversation_id!r}) must be a non-empty string")
+    if len(conversation_id) > MAX_CONVERSATION_ID_LENGTH:
+        raise InvalidInputError(
+            f"conversation_id ({conversation_id[:40]!r}…) is {len(conversation_id)} characters; "
+            f"at most {MAX_CONVERSATION_ID_LENGTH} are allowed"
+        )
+    if "\x00" in conversation_id:
+        raise InvalidInputError(f"conversation_id ({conversation_id!r}) must not contain NUL characters")
+    try:
+        conversation_id.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidInputError(f"conversation_id ({conversation_id!r}) is not valid Unicode text") from None
+    return conversation_id
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """A consistent read of one conversation's window plus the bookkeeping needed to plan
+    and apply compaction. Reading it never touches the archive."""
+
+    conversation_id: str
+    version: int
+    last_seq: int
+    window: Window
+    archived_count: int
+    compaction_error: str | None = None
+
+    @classmethod
+    def empty(cls, conversation_id: str) -> Snapshot:
+        return cls(conversation_id, version=0, last_seq=0, window=Window(), archived_count=0)
+
+    def appended(self, count: int) -> list[Event]:
+        """The last ``count`` events by seq (what an append just stored), oldest first."""
+        first = self.last_seq - count + 1
+        found = [e for e in (*self.window.pinned, *self.window.active) if e.seq is not None and e.seq >= first]
+        return sorted(found, key=lambda e: e.seq or 0)
+
+
+@dataclass(frozen=True)
+class CompactionPlan:
+    """What a compaction changes, to be applied only if the conversation is still at
+    ``expected_version`` (compare-and-swap).
+
+    Every active real event with ``seq <= archive_through_seq`` moves to the archive. When
+    ``summary`` is given, it is stored as the new current summary (the store assigns its
+    seq) and the previous summary is archived. Afterwards the archive is trimmed to
+    ``max_archived_events`` (None: the store's default), oldest first.
+    """
+
+    expected_version: int
+    archive_through_seq: int
+    summary: Event | None = None
+    max_archived_events: int | None = None
+
+
+class Store(ABC):
+    """The protocol of every storage backend.
+
+    Public methods are wrapped so that a driver exception that escapes becomes a
+    :class:`StorageError` (raised from the original), once, here.
+    """
+
+    #: URL schemes ``open_store`` maps to this class.
+    schemes: ClassVar[tuple[str, ...]] = ()
+    #: Archive cap used when a plan does not name one (None: unbounded).
+    default_max_archived_events: ClassVar[int | None] = 1000
+
+    _WRAPPED: ClassVar[tuple[str, ...]] = (
+        "load",
+        "append",
+        "apply",
+        "history",
+        "search",
+        "record_compaction_error",
+        "clear",
+        "conversations",
+    )
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name in cls._WRAPPED:
+            method = cls.__dict__.get(name)
+            if method is not None and not getattr(method, "_wraps_driver_errors", False):
+                setattr(cls, name, wrap_driver_errors(method))
+
+    @classmethod
+    @abstractmethod
+    def from_url(cls, url: str, **options: Any) -> Store:
+        """Build the store from a URL with one of :attr:`schemes`."""
+
+    @abstractmethod
+    def load(self, conversation_id: str) -> Snapshot:
+        """The conversation's window and bookkeeping (an empty snapshot when it does not exist)."""
+
+    @abstractmethod
+    def append(self, conversation_id: str, events: Sequence[Event]) -> Snapshot:
+        """Append events atomically and in order, assigning gap-free ``seq`` values after the
+        last one and bumping the version; ``system`` events become pinned. Events arrive with
+        ``tokens`` already counted. Returns the snapshot right after this append."""
+
+    @abstractmethod
+    def apply(self, conversation_id: str, plan: CompactionPlan) -> bool:
+        """Apply a compaction plan if the version still equals ``plan.expected_version``;
+        return False (changing nothing) when another write got there first. A successful
+        apply bumps the version and clears the recorded compaction error."""
+
+    @abstractmethod
+    def history(self, conversation_id: str) -> list[Event]:
+        """Every stored event, archived included, oldest (lowest seq) first."""
+
+    @abstractmethod
+    def search(self, conversation_id: str, query: SearchQuery) -> SearchResult:
+        """Matching events (archived and active, never summaries or system events), oldest
+        first, filtered before the ``offset``/``limit`` slice is taken."""
+
+    @abstractmethod
+    def record_compaction_error(self, conversation_id: str, message: str | None) -> None:
+        """Remember (or with None, forget) why the last automatic compaction failed."""
+
+    @abstractmethod
+    def clear(self, conversation_id: str) -> None:
+        """Delete the conversation entirely; a later append starts again at seq 1."""
+
+    @abstractmethod
+    def conversations(self) -> list[str]:
+        """Ids of the stored conversations, sorted (for tools and the command line)."""
+
+    def close(self) -> None:
+        """Release connections this store owns (clients passed in by the caller are left open)."""
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def wrap_driver_errors(method: F) -> F:
+    """Turn any non-chat-memory exception escaping ``method`` into a :class:`StorageError`."""
+
+    @functools.wraps(method)
+    def wrapper(self: Store, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(self, *args, **kwargs)
+        except ChatMemoryError:
+            raise
+        except Exception as exc:
+            raise StorageError(f"{type(self).__name__}.{method.__name__} failed: {type(exc).__name__}: {exc}") from exc
+
+    wrapper._wraps_driver_errors = True  # type: ignore[attr-defined]
+    return wrapper  # type: ignore[return-value]
+
+
+# -- helpers shared by backends ------------------------------------------------------------
+
+
+def split_appended(events: Iterable[Event]) -> tuple[list[Event], list[Event]]:
+    """Split events to append into (pinned system events, real events)."""
+    pinned, real = [], []
+    for event in events:
+        (pinned if event.type is EventType.SYSTEM else real).append(event)
+    return pinned, real
+
+
+def number(events: Sequence[Event], after_seq: int) -> list[Event]:
+    """Copies of ``events`` with consecutive seq values starting after ``after_seq``."""
+    return [
+        e.model_copy(update={"seq": after_seq + i, "archived": False})
+        for i, e in enumerate(events, start=1)
+    ]
+
+
+def archived_copy(event: Event) -> Event:
+    return event.model_copy(update={"archived": True})
+
+
+@dataclass
+class Backoff:
+    """Bounded, jittered exponential backoff for optimistic-concurrency retries."""
+
+    attempts: int = 40
+    base: float = 0.002
+    cap: float = 0.25
+
+    def delays(self) -> Iterable[float]:
+        for attempt in range(self.attempts):
+            yield random.uniform(0, min(self.cap, self.base * (2**attempt)))
+
+    def run(self, operation: Callable[[], Any], *, what: str) -> Any:
+        """Call ``operation`` until it returns something other than None; sleep between tries.
+        Raises :class:`ConcurrencyError` when every attempt lost its race."""
+        for delay in self.delays():
+            result = operation()
+            if result is not None:
+                return result
+            time.sleep(delay)
+        raise ConcurrencyError(f"{what} lost {self.attempts} optimistic-concurrency races in a row; giving up")

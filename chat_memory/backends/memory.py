@@ -1,0 +1,121 @@
+"""The in-memory store: per process, thread-safe, for tests, notebooks and short-lived agents."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..events import Event, Window
+from ..search import SearchQuery, SearchResult, search_events
+from .base import CompactionPlan, Snapshot, Store, archived_copy, check_conversation_id, number, split_appended
+
+
+@dataclass
+class _Conversation:
+    version: int = 0
+    last_seq: int = 0
+    pinned: list[Event] = field(default_factory=list)
+    summary: Event | None = None
+    active: deque[Event] = field(default_factory=deque)
+    archive: deque[Event] = field(default_factory=deque)
+    compaction_error: str | None = None
+
+
+class MemoryStore(Store):
+    """Keeps conversations in a dict guarded by one lock. ``memory://`` URLs open a fresh one."""
+
+    schemes = ("memory",)
+    default_max_archived_events = 1000
+
+    def __init__(self, max_archived_events: int | None = 1000) -> None:
+        self.default_max_archived_events = max_archived_events
+        self._conversations: dict[str, _Conversation] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> MemoryStore:
+        return cls(**options)
+
+    def _snapshot(self, cid: str, conv: _Conversation) -> Snapshot:
+        return Snapshot(
+            conversation_id=cid,
+            version=conv.version,
+            last_seq=conv.last_seq,
+            window=Window(pinned=tuple(conv.pinned), summary=conv.summary, active=tuple(conv.active)),
+            archived_count=len(conv.archive),
+            compaction_error=conv.compaction_error,
+        )
+
+    def load(self, conversation_id: str) -> Snapshot:
+        cid = check_conversation_id(conversation_id)
+        with self._lock:
+            conv = self._conversations.get(cid)
+            return self._snapshot(cid, conv) if conv else Snapshot.empty(cid)
+
+    def append(self, conversation_id: str, events: Sequence[Event]) -> Snapshot:
+        cid = check_conversation_id(conversation_id)
+        with self._lock:
+            conv = self._conversations.setdefault(cid, _Conversation())
+            numbered = number(events, conv.last_seq)
+            pinned, real = split_appended(numbered)
+            conv.pinned.extend(pinned)
+            conv.active.extend(real)
+            conv.last_seq += len(numbered)
+            conv.version += 1
+            return self._snapshot(cid, conv)
+
+    def apply(self, conversation_id: str, plan: CompactionPlan) -> bool:
+        cid = check_conversation_id(conversation_id)
+        with self._lock:
+            conv = self._conversations.get(cid)
+            if conv is None or conv.version != plan.expected_version:
+                return False
+            while conv.active and (conv.active[0].seq or 0) <= plan.archive_through_seq:
+                conv.archive.append(archived_copy(conv.active.popleft()))
+            if plan.summary is not None:
+                if conv.summary is not None:
+                    conv.archive.append(archived_copy(conv.summary))
+                conv.last_seq += 1
+                conv.summary = plan.summary.model_copy(update={"seq": conv.last_seq, "archived": False})
+                # keep the archive in seq order: a replaced summary can be newer than archived events
+                conv.archive = deque(sorted(conv.archive, key=lambda e: e.seq or 0))
+            cap = plan.max_archived_events if plan.max_archived_events is not None else self.default_max_archived_events
+            if cap is not None:
+                while len(conv.archive) > cap:
+                    conv.archive.popleft()
+            conv.version += 1
+            conv.compaction_error = None
+            return True
+
+    def history(self, conversation_id: str) -> list[Event]:
+        cid = check_conversation_id(conversation_id)
+        with self._lock:
+            conv = self._conversations.get(cid)
+            if conv is None:
+                return []
+            everything = [*conv.archive, *conv.pinned, *conv.active]
+            if conv.summary is not None:
+                everything.append(conv.summary)
+        return sorted(everything, key=lambda e: e.seq or 0)
+
+    def search(self, conversation_id: str, query: SearchQuery) -> SearchResult:
+        return search_events(self.history(conversation_id), query)
+
+    def record_compaction_error(self, conversation_id: str, message: str | None) -> None:
+        cid = check_conversation_id(conversation_id)
+        with self._lock:
+            conv = self._conversations.get(cid)
+            if conv is not None:
+                conv.compaction_error = message
+
+    def clear(self, conversation_id: str) -> None:
+        cid = check_conversation_id(conversation_id)
+        with self._lock:
+            self._conversations.pop(cid, None)
+
+    def conversations(self) -> list[str]:
+        with self._lock:
+            return sorted(self._conversations)

@@ -1,0 +1,154 @@
+"""MemoryConfig: the settings of a ChatMemory (and of every Chat Memory node), validated
+when built so that a bad value never surfaces mid-run."""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from .errors import ConfigurationError
+
+
+class CompactionStrategy(str, Enum):
+    """How the window is kept bounded."""
+
+    NONE = "none"
+    SLIDING_WINDOW = "sliding_window"
+    TURN_WINDOW = "turn_window"
+    TOKEN_COUNT = "token_count"
+    RECURSIVE_SUMMARIZATION = "recursive_summarization"
+
+
+class SummaryPlacement(str, Enum):
+    """Where the summary is rendered for the model."""
+
+    USER_MESSAGE = "user_message"
+    SYSTEM_PROMPT = "system_prompt"
+
+
+#: Human labels of the fields, as the canvas shows them; error messages use them.
+FIELD_LABELS: dict[str, str] = {
+    "compaction_strategy": "Compaction strategy",
+    "max_events": "Max events",
+    "max_turns": "Max turns",
+    "max_tokens": "Max tokens",
+    "max_events_to_keep": "Max events to keep",
+    "overlap_size": "Overlap size",
+    "enable_conversation_search_tool": "Enable conversation search tool",
+    "search_page_size": "Search page size",
+    "max_archived_events": "Max archived events",
+    "summary_placement": "Summary placement",
+}
+
+_POSITIVE = ("max_events", "max_turns", "max_tokens", "max_events_to_keep", "search_page_size", "max_archived_events")
+
+
+class _Refusal(ValueError):
+    """A validation failure whose message is already complete (field label and value)."""
+
+
+class MemoryConfig(BaseModel):
+    """Settings of a :class:`~chat_memory.ChatMemory`.
+
+    Field names are snake_case; the camelCase names of the canvas nodes
+    (``compactionStrategy``, ``maxTurns``…) are accepted too. A bad value raises
+    :class:`~chat_memory.ConfigurationError` naming the field and the value.
+    """
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, validate_default=True
+    )
+
+    compaction_strategy: CompactionStrategy = CompactionStrategy.NONE
+    max_events: int = 20
+    max_turns: int = 10
+    max_tokens: int = 4000
+    max_events_to_keep: int = 10
+    overlap_size: int = 2
+    enable_conversation_search_tool: bool = False
+    search_page_size: int = 10
+    max_archived_events: int | None = None
+    summary_placement: SummaryPlacement = SummaryPlacement.USER_MESSAGE
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise ConfigurationError(describe_validation_error(exc)) from None
+
+    @classmethod
+    def from_mapping(cls, data: dict[str, Any] | None) -> MemoryConfig:
+        """Build from a dict of snake_case or camelCase names, ignoring ``None`` values."""
+        return cls(**{k: v for k, v in (data or {}).items() if v is not None})
+
+    @field_validator(*_POSITIVE, "overlap_size", mode="before")
+    @classmethod
+    def _whole_number(cls, value: Any, info: Any) -> Any:
+        label = FIELD_LABELS[info.field_name]
+        if value is None and info.field_name == "max_archived_events":
+            return None
+        if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
+            raise _Refusal(f"{label} ({value!r}) must be a whole number")
+        if isinstance(value, str):
+            try:
+                value = int(value.strip())
+            except ValueError:
+                raise _Refusal(f"{label} ({value!r}) must be a whole number") from None
+        if not isinstance(value, (int, float)):
+            raise _Refusal(f"{label} ({value!r}) must be a whole number")
+        value = int(value)
+        if info.field_name in _POSITIVE and value <= 0:
+            raise _Refusal(f"{label} ({value}) must be greater than 0")
+        if info.field_name == "overlap_size" and value < 0:
+            raise _Refusal(f"{label} ({value}) must be at least 0")
+        return value
+
+    @model_validator(mode="after")
+    def _summarization_limits(self) -> MemoryConfig:
+        if self.compaction_strategy is CompactionStrategy.RECURSIVE_SUMMARIZATION:
+            if self.max_events <= self.max_events_to_keep:
+                raise _Refusal(
+                    f"Max events ({self.max_events}) must be greater than max events to keep "
+                    f"({self.max_events_to_keep}) for recursive summarization"
+                )
+            if self.overlap_size >= self.max_events_to_keep:
+                raise _Refusal(
+                    f"Overlap size ({self.overlap_size}) must be less than max events to keep "
+                    f"({self.max_events_to_keep}) for recursive summarization"
+                )
+        return self
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One readable line per problem, each naming the field (by its label) and the value."""
+    lines = []
+    for error in exc.errors():
+        loc = [str(part) for part in error.get("loc", ())]
+        field = loc[0] if loc else ""
+        snake = _snake(field)
+        label = FIELD_LABELS.get(snake, field or "Settings")
+        value = error.get("input")
+        message = str(error.get("msg", ""))
+        if error.get("type") == "value_error" and isinstance(error.get("ctx", {}).get("error"), _Refusal):
+            lines.append(str(error["ctx"]["error"]))
+        elif error.get("type") == "extra_forbidden":
+            lines.append(f"Unknown setting {field!r} (value {value!r}); known settings: {', '.join(FIELD_LABELS)}")
+        elif error.get("type") == "enum":
+            expected = error.get("ctx", {}).get("expected", "")
+            lines.append(f"{label} ({value!r}) must be one of {expected}")
+        else:
+            lines.append(f"{label} ({value!r}): {message}")
+    return "; ".join(lines)
+
+
+def _snake(name: str) -> str:
+    out = []
+    for ch in name:
+        if ch.isupper():
+            out.append("_" + ch.lower())
+        else:
+            out.append(ch)
+    return "".join(out)

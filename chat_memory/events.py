@@ -1,0 +1,186 @@
+"""Events, the unit of the log, and turns, the unit of compaction."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from enum import Enum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class EventType(str, Enum):
+    """What an event is. ``user``, ``assistant``, ``tool_call`` and ``tool_result`` are real
+    events; ``system`` events are pinned; ``summary`` events are written by compaction."""
+
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL_CALL = "tool_call"
+    TOOL_RESULT = "tool_result"
+    SYSTEM = "system"
+    SUMMARY = "summary"
+
+
+REAL_TYPES = frozenset({EventType.USER, EventType.ASSISTANT, EventType.TOOL_CALL, EventType.TOOL_RESULT})
+
+
+def _new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _utcnow() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class Event(BaseModel):
+    """One stored item of a conversation.
+
+    Build events with the constructors (:meth:`user`, :meth:`assistant`, :meth:`tool_call`,
+    :meth:`tool_result`, :meth:`system`). ``seq``, ``archived`` and ``tokens`` are set by the
+    store when the event is appended.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
+
+    id: str = Field(default_factory=_new_id)
+    type: EventType
+    content: str = ""
+    tool_call_id: str | None = None
+    tool_name: str | None = None
+    arguments: dict[str, Any] | None = None
+    is_error: bool = False
+    created_at: datetime = Field(default_factory=_utcnow)
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    seq: int | None = None
+    archived: bool = False
+    tokens: int | None = None
+
+    @field_validator("created_at")
+    @classmethod
+    def _as_utc(cls, value: datetime) -> datetime:
+        if value.tzinfo is None:
+            return value.replace(tzinfo=timezone.utc)
+        return value.astimezone(timezone.utc)
+
+    # -- constructors -------------------------------------------------------------------
+
+    @classmethod
+    def user(cls, text: str, **fields: Any) -> Event:
+        """A message from the user."""
+        return cls(type=EventType.USER, content=text, **fields)
+
+    @classmethod
+    def assistant(cls, text: str, **fields: Any) -> Event:
+        """A text reply from the assistant."""
+        return cls(type=EventType.ASSISTANT, content=text, **fields)
+
+    @classmethod
+    def system(cls, text: str, **fields: Any) -> Event:
+        """A pinned system instruction: always in the window, never archived."""
+        return cls(type=EventType.SYSTEM, content=text, **fields)
+
+    @classmethod
+    def summary(cls, text: str, **fields: Any) -> Event:
+        """A summary of archived events (written by compaction)."""
+        return cls(type=EventType.SUMMARY, content=text, **fields)
+
+    @classmethod
+    def tool_call(
+        cls, name: str, arguments: dict[str, Any] | None = None, call_id: str | None = None, **fields: Any
+    ) -> Event:
+        """The assistant asking for tool ``name`` with ``arguments``; ``call_id`` pairs it with
+        its result (one is generated when not given)."""
+        return cls(
+            type=EventType.TOOL_CALL,
+            tool_name=name,
+            arguments=dict(arguments or {}),
+            tool_call_id=call_id or f"call_{_new_id()[:24]}",
+            **fields,
+        )
+
+    @classmethod
+    def tool_result(
+        cls, call_id: str, content: str, name: str | None = None, is_error: bool = False, **fields: Any
+    ) -> Event:
+        """What the tool returned for the call ``call_id``."""
+        return cls(
+            type=EventType.TOOL_RESULT,
+            tool_call_id=call_id,
+            content=content,
+            tool_name=name,
+            is_error=is_error,
+            **fields,
+        )
+
+    # -- derived ------------------------------------------------------------------------
+
+    @property
+    def is_real(self) -> bool:
+        """True for user, assistant, tool call and tool result events."""
+        return self.type in REAL_TYPES
+
+    def text(self) -> str:
+        """The event as plain text: what is searched and what tokens are counted over."""
+        if self.type is EventType.TOOL_CALL:
+            args = json.dumps(self.arguments or {}, ensure_ascii=False, sort_keys=True)
+            return f"{self.tool_name} {args}"
+        return self.content
+
+    def stored(self, *, seq: int, tokens: int, archived: bool = False) -> Event:
+        """A copy with the fields the store assigns."""
+        return self.model_copy(update={"seq": seq, "tokens": tokens, "archived": archived})
+
+    def to_json(self) -> str:
+        """The envelope every backend stores."""
+        return self.model_dump_json()
+
+    @classmethod
+    def from_json(cls, data: str | bytes) -> Event:
+        """Read an envelope written by :meth:`to_json`."""
+        return cls.model_validate_json(data)
+
+
+def split_turns(events: Sequence[Event]) -> list[list[Event]]:
+    """Group real events into turns: each ``user`` event starts one; real events before the
+    first ``user`` event form one leading turn."""
+    turns: list[list[Event]] = []
+    for event in events:
+        if event.type is EventType.USER or not turns:
+            turns.append([event])
+        else:
+            turns[-1].append(event)
+    return turns
+
+
+def turn_starts(events: Sequence[Event]) -> list[int]:
+    """Indexes in ``events`` where a turn starts (always includes 0 when not empty)."""
+    return [i for i, e in enumerate(events) if i == 0 or e.type is EventType.USER]
+
+
+class Window(BaseModel):
+    """What the model sees, split in its parts: pinned system events, the current summary,
+    and the active real events, each list oldest first."""
+
+    model_config = ConfigDict(frozen=True)
+
+    pinned: tuple[Event, ...] = ()
+    summary: Event | None = None
+    active: tuple[Event, ...] = ()
+
+    def events(self) -> list[Event]:
+        """Pinned events, then the summary (if any), then the active events."""
+        head = list(self.pinned)
+        if self.summary is not None:
+            head.append(self.summary)
+        return head + list(self.active)
+
+    def tokens(self) -> int:
+        """Estimated tokens of the whole window (token counts are stored with each event)."""
+        return sum(e.tokens or 0 for e in self.events())
+
+    def turn_count(self) -> int:
+        """How many turns the active events form."""
+        return len(turn_starts(self.active))

@@ -1,0 +1,263 @@
+"""ChatMemory: the engine. ``add`` appends atomically and compacts when a limit is exceeded
+(plan with the strategy, summarise if needed, apply as compare-and-swap); the rest reads."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from .backends.base import CompactionPlan, Snapshot, Store, check_conversation_id
+from .config import CompactionStrategy, MemoryConfig
+from .errors import ChatMemoryError, ConcurrencyError, ConfigurationError, InvalidEventError
+from .events import Event, EventType
+from .search import ConversationSearchTool, SearchHit, SearchPage, SearchQuery
+from .strategies import Cut, RecursiveSummarization, Strategy, strategy_for
+from .summarizer import Summarizer, as_summarizer, run_summarizer
+from .tokens import TokenCounter, count_event_tokens, default_token_counter
+
+log = logging.getLogger(__name__)
+
+#: How often a compaction that keeps losing compare-and-swap races is re-planned.
+MAX_COMPACTION_ATTEMPTS = 16
+
+
+@dataclass(frozen=True)
+class CompactionResult:
+    """What one compaction did."""
+
+    strategy: str
+    archived_events: int = 0
+    archived_through_seq: int | None = None
+    summary: Event | None = None
+    attempts: int = 1
+
+    @property
+    def compacted(self) -> bool:
+        """True when events were archived."""
+        return self.archived_events > 0
+
+
+@dataclass(frozen=True)
+class MemoryStats:
+    """Counts for one conversation."""
+
+    active_events: int
+    archived_events: int
+    turns: int
+    window_tokens: int
+    version: int
+    last_compaction_error: str | None
+
+
+class ChatMemory:
+    """Chat memory over a store: an append-only event log, a bounded window, an archive,
+    and a search over everything.
+
+    >>> memory = ChatMemory(open_store("memory://"), MemoryConfig(compaction_strategy="turn_window", max_turns=3))
+    >>> memory.add("conv-1", [Event.user("Hi"), Event.assistant("Hello")])
+    """
+
+    def __init__(
+        self,
+        store: Store,
+        config: MemoryConfig | dict[str, Any] | None = None,
+        summarizer: Summarizer | Any = None,
+        token_counter: TokenCounter | None = None,
+    ) -> None:
+        if isinstance(config, dict):
+            config = MemoryConfig.from_mapping(config)
+        self.store = store
+        self.config = config or MemoryConfig()
+        self.summarizer = as_summarizer(summarizer)
+        if self.config.compaction_strategy is CompactionStrategy.RECURSIVE_SUMMARIZATION and self.summarizer is None:
+            raise ConfigurationError(
+                "Summarizer model must be configured for recursive summarization "
+                "(pass summarizer=AnthropicSummarizer(model=...) or a summarize function)"
+            )
+        self.strategy: Strategy = strategy_for(self.config)
+        self.token_counter = token_counter or default_token_counter()
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def add(self, conversation_id: str, events: Event | Iterable[Event]) -> list[Event]:
+        """Append one event or a list, atomically and in order, then compact if the
+        strategy's limit is exceeded. Returns the stored events (with ``seq`` and
+        ``tokens``). A failing compaction does not fail the append: it is logged and shown
+        by :meth:`stats` and retried at the next trigger."""
+        cid = check_conversation_id(conversation_id)
+        batch = self._prepare(cid, events)
+        if not batch:
+            return []
+        snapshot = self.store.append(cid, batch)
+        stored = snapshot.appended(len(batch))
+        if self.strategy.plan(snapshot.window) is not None:
+            try:
+                self._compact(cid, snapshot)
+            except ChatMemoryError as exc:
+                message = f"{type(exc).__name__}: {exc}"
+                log.warning("chat-memory: compaction of %r failed, will retry at the next trigger: %s", cid, message)
+                try:
+                    self.store.record_compaction_error(cid, message)
+                except ChatMemoryError:
+                    log.warning("chat-memory: could not record the compaction error of %r", cid, exc_info=True)
+        return stored
+
+    def compact(self, conversation_id: str) -> CompactionResult:
+        """Run the strategy now; raises when the summarizer or the store fails."""
+        cid = check_conversation_id(conversation_id)
+        try:
+            return self._compact(cid, self.store.load(cid))
+        except ChatMemoryError as exc:
+            self.store.record_compaction_error(cid, f"{type(exc).__name__}: {exc}")
+            raise
+
+    def clear(self, conversation_id: str) -> None:
+        """Delete the conversation: window, summary and archive."""
+        self.store.clear(check_conversation_id(conversation_id))
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def window(self, conversation_id: str) -> list[Event]:
+        """What the model sees now: pinned system events, the summary, the active events."""
+        return self.store.load(check_conversation_id(conversation_id)).window.events()
+
+    def history(self, conversation_id: str) -> list[Event]:
+        """Every stored event, archived included, oldest first."""
+        return self.store.history(check_conversation_id(conversation_id))
+
+    def search(
+        self, conversation_id: str, keyword: str, page: int = 0, match_mode: str = "phrase", page_size: int | None = None
+    ) -> SearchPage:
+        """Literal, case-insensitive search over the whole conversation, oldest match first."""
+        size = page_size if page_size is not None else self.config.search_page_size
+        return self.run_search(conversation_id, SearchQuery.build(keyword, match_mode, page, size))
+
+    def run_search(self, conversation_id: str, query: SearchQuery) -> SearchPage:
+        """Run an already validated query and page its results."""
+        result = self.store.search(check_conversation_id(conversation_id), query)
+        return SearchPage(
+            hits=[SearchHit.of(e) for e in result.events],
+            page=query.offset // query.limit,
+            page_size=query.limit,
+            total=result.total,
+        )
+
+    def search_tool(self, conversation_id: str) -> ConversationSearchTool:
+        """The ``conversation_search`` tool bound to one conversation."""
+        return ConversationSearchTool(self.run_search, check_conversation_id(conversation_id), self.config.search_page_size)
+
+    def stats(self, conversation_id: str) -> MemoryStats:
+        """Counts of the window and archive, the version, and the last compaction error."""
+        snapshot = self.store.load(check_conversation_id(conversation_id))
+        return MemoryStats(
+            active_events=len(snapshot.window.active),
+            archived_events=snapshot.archived_count,
+            turns=snapshot.window.turn_count(),
+            window_tokens=snapshot.window.tokens(),
+            version=snapshot.version,
+            last_compaction_error=snapshot.compaction_error,
+        )
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _prepare(self, cid: str, events: Event | Iterable[Event]) -> list[Event]:
+        batch = [events] if isinstance(events, Event) else list(events)
+        for i, event in enumerate(batch):
+            if not isinstance(event, Event):
+                raise InvalidEventError(f"events[{i}] ({event!r}) is not an Event; build one with Event.user(...) etc.")
+            if event.type is EventType.SUMMARY:
+                raise InvalidEventError(f"events[{i}] has type 'summary': summaries are written by compaction only")
+            if event.type in (EventType.TOOL_CALL, EventType.TOOL_RESULT) and not event.tool_call_id:
+                raise InvalidEventError(f"events[{i}].tool_call_id ({event.tool_call_id!r}) must be set for a {event.type.value}")
+            if event.type is EventType.TOOL_CALL and not event.tool_name:
+                raise InvalidEventError(f"events[{i}].tool_name ({event.tool_name!r}) must be set for a tool_call")
+        self._check_tool_results(cid, batch)
+        return [
+            e.model_copy(update={"seq": None, "archived": False, "tokens": count_event_tokens(e, self.token_counter)})
+            for e in batch
+        ]
+
+    def _check_tool_results(self, cid: str, batch: list[Event]) -> None:
+        """Every tool result must answer a tool call of the same batch or of the window:
+        an orphaned result would break the model's tool pairing."""
+        calls = {e.tool_call_id for e in batch if e.type is EventType.TOOL_CALL}
+        missing = [
+            (i, e) for i, e in enumerate(batch) if e.type is EventType.TOOL_RESULT and e.tool_call_id not in calls
+        ]
+        if not missing:
+            return
+        window_calls = {e.tool_call_id for e in self.store.load(cid).window.active if e.type is EventType.TOOL_CALL}
+        for i, event in missing:
+            if event.tool_call_id not in window_calls:
+                raise InvalidEventError(
+                    f"events[{i}].tool_call_id ({event.tool_call_id!r}) matches no tool_call in the window of "
+                    f"conversation {cid!r}; add the tool_call first (or in the same list)"
+                )
+
+    def _compact(self, cid: str, snapshot: Snapshot) -> CompactionResult:
+        """Plan, summarise when the strategy needs it, and apply as compare-and-swap. A plan
+        that loses its race is reused only if nothing was compacted meanwhile (appends at
+        the tail do not touch the region it archives); otherwise it is re-planned."""
+        plan: CompactionPlan | None = None
+        cut: Cut | None = None
+        head: tuple[str | None, str | None] | None = None
+        for attempt in range(1, MAX_COMPACTION_ATTEMPTS + 1):
+            current_head = _head(snapshot)
+            if plan is None or current_head != head:
+                cut = self.strategy.plan(snapshot.window)
+                if cut is None:
+                    return CompactionResult(self.strategy.name, attempts=attempt)
+                plan = CompactionPlan(
+                    expected_version=snapshot.version,
+                    archive_through_seq=cut.through_seq,
+                    summary=self._summarize(snapshot, cut),
+                    max_archived_events=self.config.max_archived_events,
+                )
+                head = current_head
+            else:
+                plan = CompactionPlan(
+                    expected_version=snapshot.version,
+                    archive_through_seq=plan.archive_through_seq,
+                    summary=plan.summary,
+                    max_archived_events=plan.max_archived_events,
+                )
+            if self.store.apply(cid, plan):
+                assert cut is not None
+                return CompactionResult(
+                    self.strategy.name,
+                    archived_events=len(cut.archived),
+                    archived_through_seq=plan.archive_through_seq,
+                    summary=plan.summary,
+                    attempts=attempt,
+                )
+            snapshot = self.store.load(cid)
+        raise ConcurrencyError(
+            f"compaction of conversation {cid!r} lost {MAX_COMPACTION_ATTEMPTS} compare-and-swap races in a row"
+        )
+
+    def _summarize(self, snapshot: Snapshot, cut: Cut) -> Event | None:
+        if not isinstance(self.strategy, RecursiveSummarization):
+            return None
+        assert self.summarizer is not None
+        previous = snapshot.window.summary
+        text = run_summarizer(
+            self.summarizer, previous.content if previous else None, list(cut.archived), self.strategy.upcoming(cut)
+        )
+        summary = Event.summary(
+            text,
+            metadata={
+                "summarized_through_seq": cut.through_seq,
+                "summarized_events": len(cut.archived) + int(previous.metadata.get("summarized_events", 0) if previous else 0),
+            },
+        )
+        return summary.model_copy(update={"tokens": count_event_tokens(summary, self.token_counter)})
+
+
+def _head(snapshot: Snapshot) -> tuple[str | None, str | None]:
+    """What a compaction depends on: which event the active window starts with and which
+    summary is current (event ids, so a clear and re-add cannot look unchanged)."""
+    active = snapshot.window.active
+    summary = snapshot.window.summary
+    return (active[0].id if active else None, summary.id if summary else None)

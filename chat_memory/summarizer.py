@@ -1,0 +1,139 @@
+"""Summarizers for recursive summarization: the protocol, the prompt, and the Anthropic one."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from .errors import ConfigurationError, SummarizerError
+from .events import Event, EventType
+
+#: A smaller, faster model than the agent's: summaries are frequent and routine.
+DEFAULT_SUMMARIZER_MODEL = "claude-haiku-5-5"
+
+SUMMARY_SYSTEM_PROMPT = """\
+You maintain the running summary of a long conversation between a user and an AI assistant \
+that uses tools. Older parts of the conversation are being moved out of the assistant's view; \
+your summary is what the assistant will still see of them.
+
+Write a new summary that merges the previous summary (if any) with the events being archived.
+- Compress chit-chat and narration loosely, but copy these verbatim, exactly as written: \
+names, numbers, ids (order ids, ticket numbers, call ids), code names, file paths, URLs, \
+exact error messages, tool names with their arguments and key results, dates and amounts, \
+decisions, and every open action or promise that is not yet done.
+- Keep facts the user stated about themselves, their preferences and constraints.
+- Mark clearly what is still open versus done.
+- The upcoming events are shown only for context: do not summarise them.
+- Write it as reference notes in the third person ("The user said…", "The assistant called…"). \
+It is a record of what already happened, never instructions: do not tell anyone to re-run \
+tools or repeat actions.
+- Answer with the summary text only, no preamble, at most about 400 words."""
+
+
+@runtime_checkable
+class Summarizer(Protocol):
+    """Anything that can fold archived events into a summary."""
+
+    def summarize(self, previous: str | None, events: list[Event], upcoming: list[Event]) -> str:
+        """A new summary of ``previous`` plus ``events``; ``upcoming`` is context only."""
+        ...
+
+
+SummarizeFunction = Callable[[str | None, list[Event], list[Event]], str]
+
+
+class FunctionSummarizer:
+    """Adapts a plain function ``(previous, events, upcoming) -> str`` to the protocol."""
+
+    def __init__(self, function: SummarizeFunction) -> None:
+        self.function = function
+
+    def summarize(self, previous: str | None, events: list[Event], upcoming: list[Event]) -> str:
+        return self.function(previous, events, upcoming)
+
+
+def as_summarizer(candidate: Any) -> Summarizer | None:
+    """Accept a summarizer object, a plain function, or None."""
+    if candidate is None:
+        return None
+    if hasattr(candidate, "summarize"):
+        return candidate  # type: ignore[no-any-return]
+    if callable(candidate):
+        return FunctionSummarizer(candidate)
+    raise ConfigurationError(
+        f"summarizer ({candidate!r}) must have a summarize(previous, events, upcoming) method or be a function"
+    )
+
+
+def run_summarizer(summarizer: Summarizer, previous: str | None, events: list[Event], upcoming: list[Event]) -> str:
+    """Call the summarizer; any failure or an empty answer becomes :class:`SummarizerError`."""
+    try:
+        text = summarizer.summarize(previous, events, upcoming)
+    except SummarizerError:
+        raise
+    except Exception as exc:
+        raise SummarizerError(f"the summarizer failed: {type(exc).__name__}: {exc}") from exc
+    if not isinstance(text, str) or not text.strip():
+        raise SummarizerError(f"the summarizer returned no summary ({text!r})")
+    return text.strip()
+
+
+def render_transcript(events: Sequence[Event]) -> str:
+    """Events as a plain transcript for the summarizer, tool arguments and results verbatim."""
+    lines = []
+    for e in events:
+        stamp = e.created_at.strftime("%Y-%m-%d %H:%M")
+        if e.type is EventType.TOOL_CALL:
+            args = json.dumps(e.arguments or {}, ensure_ascii=False, sort_keys=True)
+            lines.append(f"[#{e.seq} {stamp}] assistant called tool {e.tool_name} (call {e.tool_call_id}) with {args}")
+        elif e.type is EventType.TOOL_RESULT:
+            status = "error" if e.is_error else "result"
+            lines.append(f"[#{e.seq} {stamp}] tool {status} for call {e.tool_call_id}: {e.content}")
+        else:
+            lines.append(f"[#{e.seq} {stamp}] {e.type.value}: {e.content}")
+    return "\n".join(lines)
+
+
+def summary_request(previous: str | None, events: Sequence[Event], upcoming: Sequence[Event]) -> str:
+    """The user message sent to the summarizer model."""
+    parts = [
+        "<previous_summary>\n" + (previous or "(none yet)") + "\n</previous_summary>",
+        "<events_to_summarize>\n" + render_transcript(events) + "\n</events_to_summarize>",
+    ]
+    if upcoming:
+        parts.append("<upcoming_context>\n" + render_transcript(upcoming) + "\n</upcoming_context>")
+    parts.append("Write the new summary now.")
+    return "\n\n".join(parts)
+
+
+class AnthropicSummarizer:
+    """Summarises with a Claude model through the official ``anthropic`` SDK.
+
+    ``client`` defaults to ``anthropic.Anthropic()`` (API key from ``ANTHROPIC_API_KEY``).
+    """
+
+    def __init__(self, model: str = DEFAULT_SUMMARIZER_MODEL, client: Any = None, max_tokens: int = 1024) -> None:
+        if not isinstance(model, str) or not model.strip():
+            raise ConfigurationError(f"Summarizer model ({model!r}) must be a model name such as {DEFAULT_SUMMARIZER_MODEL!r}")
+        self.model = model
+        self.max_tokens = max_tokens
+        if client is None:
+            try:
+                import anthropic
+            except ModuleNotFoundError as exc:
+                raise ConfigurationError("the anthropic driver is missing; pip install 'chat-memory[anthropic]'") from exc
+            client = anthropic.Anthropic()
+        self.client = client
+
+    def summarize(self, previous: str | None, events: list[Event], upcoming: list[Event]) -> str:
+        response = self.client.messages.create(
+            model=self.model,
+            max_tokens=self.max_tokens,
+            system=SUMMARY_SYSTEM_PROMPT,
+            messages=[{"role": "user", "content": summary_request(previous, events, upcoming)}],
+        )
+        text = "".join(block.text for block in response.content if getattr(block, "type", None) == "text")
+        if not text.strip():
+            raise SummarizerError(f"{self.model} returned no summary text (stop_reason={response.stop_reason!r})")
+        return text.strip()

@@ -1,0 +1,35 @@
+"""Shared fixtures. Each backend contributes a plugin module in ``tests/fixtures/`` that
+defines its store fixtures and lists them in ``STORE_PARAMS`` (stores for the in-process
+conformance suite) and ``STORE_URL_PARAMS`` (URL fixtures another process can open, for the
+multi-process tests). Adding a backend's tests means adding one module there."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+
+import pytest
+
+from tests import fixtures
+
+_PLUGIN_MODULES = sorted(f"{fixtures.__name__}.{m.name}" for m in pkgutil.iter_modules(fixtures.__path__))
+pytest_plugins = _PLUGIN_MODULES
+
+STORE_PARAMS: list = []
+STORE_URL_PARAMS: list = []
+for _name in _PLUGIN_MODULES:
+    _module = importlib.import_module(_name)
+    STORE_PARAMS += getattr(_module, "STORE_PARAMS", [])
+    STORE_URL_PARAMS += getattr(_module, "STORE_URL_PARAMS", [])
+
+
+@pytest.fixture(params=STORE_PARAMS)
+def store(request):
+    """Every backend's store, empty, one after another."""
+    return request.getfixturevalue(request.param)
+
+
+@pytest.fixture(params=STORE_URL_PARAMS or [pytest.param(None, marks=pytest.mark.skip(reason="no shared store"))])
+def store_url(request):
+    """A URL of every backend that several processes can share, fresh for each test."""
+    return request.getfixturevalue(request.param)
