@@ -10,7 +10,9 @@ import pkgutil
 
 import pytest
 
-from tests import fixtures
+pytest.register_assert_rewrite("tests.fixtures", "tests.helpers")
+
+from tests import fixtures  # noqa: E402
 
 _PLUGIN_MODULES = sorted(f"{fixtures.__name__}.{m.name}" for m in pkgutil.iter_modules(fixtures.__path__))
 pytest_plugins = _PLUGIN_MODULES
