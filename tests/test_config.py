@@ -1,0 +1,81 @@
+"""MemoryConfig validation: refused when built, messages naming the field and the value."""
+
+from __future__ import annotations
+
+import pytest
+
+from chat_memory import ChatMemory, ConfigurationError, MemoryConfig, open_store
+from chat_memory.config import CompactionStrategy
+
+
+def test_defaults_match_the_design():
+    c = MemoryConfig()
+    assert c.compaction_strategy is CompactionStrategy.NONE
+    assert (c.max_events, c.max_turns, c.max_tokens, c.max_events_to_keep, c.overlap_size) == (20, 10, 4000, 10, 2)
+    assert (c.enable_conversation_search_tool, c.search_page_size, c.max_archived_events) == (False, 10, None)
+    assert c.summary_placement.value == "user_message"
+
+
+def test_camel_case_names_are_accepted():
+    c = MemoryConfig(compactionStrategy="turn_window", maxTurns=3, enableConversationSearchTool=True, searchPageSize=5)
+    assert c == MemoryConfig(compaction_strategy="turn_window", max_turns=3, enable_conversation_search_tool=True, search_page_size=5)
+    assert MemoryConfig.from_mapping({"maxTokens": "500", "maxEvents": None}).max_tokens == 500
+
+
+@pytest.mark.parametrize(
+    "field,label",
+    [
+        ("max_events", "Max events"),
+        ("max_turns", "Max turns"),
+        ("max_tokens", "Max tokens"),
+        ("max_events_to_keep", "Max events to keep"),
+        ("search_page_size", "Search page size"),
+        ("max_archived_events", "Max archived events"),
+    ],
+)
+@pytest.mark.parametrize("value", [0, -3])
+def test_every_limit_must_be_positive(field, label, value):
+    with pytest.raises(ConfigurationError, match=rf"^{label} \({value}\) must be greater than 0$"):
+        MemoryConfig(**{field: value})
+
+
+def test_summarization_limits_are_checked_together():
+    with pytest.raises(ConfigurationError) as info:
+        MemoryConfig(compaction_strategy="recursive_summarization", max_events=5, max_events_to_keep=10)
+    assert str(info.value) == "Max events (5) must be greater than max events to keep (10) for recursive summarization"
+    with pytest.raises(ConfigurationError, match=r"Overlap size \(4\) must be less than max events to keep \(4\)"):
+        MemoryConfig(compaction_strategy="recursive_summarization", max_events=8, max_events_to_keep=4, overlap_size=4)
+    with pytest.raises(ConfigurationError, match=r"Overlap size \(-1\) must be at least 0"):
+        MemoryConfig(overlap_size=-1)
+    # the same numbers are fine for a strategy that does not use them
+    MemoryConfig(compaction_strategy="turn_window", max_events=5, max_events_to_keep=10)
+
+
+@pytest.mark.parametrize(
+    "kwargs,fragment",
+    [
+        ({"compaction_strategy": "fifo"}, "Compaction strategy ('fifo') must be one of"),
+        ({"max_turns": "three"}, "Max turns ('three') must be a whole number"),
+        ({"max_turns": True}, "Max turns (True) must be a whole number"),
+        ({"max_turns": 2.5}, "Max turns (2.5) must be a whole number"),
+        ({"summary_placement": "footer"}, "Summary placement ('footer') must be one of"),
+        ({"maxTurnz": 3}, "Unknown setting 'maxTurnz' (value 3)"),
+    ],
+)
+def test_bad_values_name_the_field_and_the_value(kwargs, fragment):
+    with pytest.raises(ConfigurationError) as info:
+        MemoryConfig(**kwargs)
+    assert fragment in str(info.value)
+    assert info.value.__cause__ is None  # no raw pydantic error for users to read
+
+
+def test_summarization_without_a_summarizer_is_refused_when_built():
+    config = MemoryConfig(compaction_strategy="recursive_summarization")
+    with pytest.raises(ConfigurationError, match="Summarizer model must be configured"):
+        ChatMemory(open_store("memory://"), config)
+
+
+def test_config_is_immutable():
+    c = MemoryConfig()
+    with pytest.raises(Exception):
+        c.max_turns = 0  # type: ignore[misc]
