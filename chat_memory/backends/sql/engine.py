@@ -1,0 +1,142 @@
+"""Engines for the SQL store: URL options, SQLite tuning, write transactions that take the
+conversation lock up front, and the driver errors that mean "lost a race, try again"."""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.pool import StaticPool
+
+from ...errors import ConfigurationError
+
+#: Seconds a SQLite connection waits for another process's write lock before reporting "locked".
+SQLITE_BUSY_TIMEOUT = 15.0
+_BEGIN_OPTION = "chat_memory_begin"
+_PREPARED: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
+
+# SQLSTATEs (PostgreSQL) and error numbers (MySQL) that mean a concurrent writer got there
+# first; the transaction was rolled back and can simply be run again.
+_PG_CONFLICTS = {"40001", "40P01", "23505", "55P03"}
+_MYSQL_CONFLICTS = {1062, 1205, 1213}
+
+
+def split_url_options(url: str, option_names: set[str]) -> tuple[sa.URL, dict[str, str]]:
+    """Parse a SQLAlchemy URL and take out the query options that belong to the store (the
+    rest stay in the URL for the driver, e.g. ``connect_timeout``)."""
+    try:
+        parsed = make_url(url)
+    except sa.exc.ArgumentError as exc:
+        raise ConfigurationError(f"store URL ({url!r}) is not a valid SQLAlchemy URL: {exc}") from exc
+    ours = {name: parsed.query[name] for name in option_names if name in parsed.query}
+    for name, value in ours.items():
+        if not isinstance(value, str):
+            raise ConfigurationError(f"store URL option {name} is given more than once ({value!r})")
+    return parsed.difference_update_query(list(ours)), ours  # type: ignore[return-value]
+
+
+def is_in_memory_sqlite(url: sa.URL) -> bool:
+    return url.get_backend_name() == "sqlite" and (url.database or ":memory:") == ":memory:"
+
+
+def create_store_engine(url: sa.URL, **engine_options: Any) -> sa.Engine:
+    """An engine for ``url``: SQLite gets WAL, a busy timeout and explicit transaction control
+    (its file's parent folder is created); an in-memory SQLite database is one shared
+    connection; other databases use SQLAlchemy's connection pool with pre-ping."""
+    if url.get_backend_name() != "sqlite":
+        engine_options.setdefault("pool_pre_ping", True)
+        return sa.create_engine(url, **engine_options)
+    connect_args = dict(engine_options.pop("connect_args", {}))
+    if "timeout" not in url.query:
+        connect_args.setdefault("timeout", SQLITE_BUSY_TIMEOUT)
+    connect_args.setdefault("check_same_thread", False)
+    if is_in_memory_sqlite(url):
+        engine_options.setdefault("poolclass", StaticPool)
+    elif url.database and not url.database.startswith("file:"):
+        Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+    engine = sa.create_engine(url, connect_args=connect_args, **engine_options)
+    prepare_sqlite_engine(engine, wal=not is_in_memory_sqlite(url))
+    return engine
+
+
+def prepare_sqlite_engine(engine: sa.Engine, *, wal: bool = True) -> None:
+    """Let the store emit BEGIN itself (``BEGIN IMMEDIATE`` for writes, so a writer holds the
+    lock from its first read and never has to upgrade it) and tune SQLite for several
+    processes sharing one file. Safe to call on an engine the caller built."""
+    if engine in _PREPARED:
+        return
+    _PREPARED.add(engine)
+
+    @event.listens_for(engine, "connect")
+    def _tune(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None  # sqlite3 must not issue its own BEGIN
+        cursor = dbapi_connection.cursor()
+        try:
+            if wal:
+                cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA synchronous=NORMAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: sa.Connection) -> None:
+        connection.exec_driver_sql(connection.get_execution_options().get(_BEGIN_OPTION, "BEGIN"))
+
+
+class Transactions:
+    """Opens read and write transactions on one engine. Serialises them when the engine is a
+    single shared connection (in-memory SQLite), which allows no concurrency of its own."""
+
+    def __init__(self, engine: sa.Engine) -> None:
+        self.engine = engine
+        self.dialect = engine.dialect.name
+        self._lock: threading.RLock | None = threading.RLock() if isinstance(engine.pool, StaticPool) else None
+
+    def _serialised(self) -> Any:
+        return self._lock if self._lock is not None else nullcontext()
+
+    @contextmanager
+    def read(self) -> Iterator[sa.Connection]:
+        """A transaction for reads (a consistent snapshot on SQLite)."""
+        with self._serialised(), self.engine.begin() as connection:
+            yield connection
+
+    @contextmanager
+    def write(self) -> Iterator[sa.Connection]:
+        """A transaction for writes; on SQLite it takes the database write lock at BEGIN."""
+        with self._serialised(), self.engine.connect() as connection:
+            if self.dialect == "sqlite":
+                connection = connection.execution_options(**{_BEGIN_OPTION: "BEGIN IMMEDIATE"})
+            with connection.begin():
+                yield connection
+
+    def lock_schema(self, connection: sa.Connection, name: str) -> None:
+        """Serialise schema creation between processes (SQLite already holds its write lock)."""
+        if self.dialect == "postgresql":
+            connection.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:name))"), {"name": name})
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """True when a driver error means a concurrent writer won (the transaction was rolled
+    back and running it again is safe): SQLite busy/locked, PostgreSQL serialization
+    failures, deadlocks, lock timeouts and unique violations, and their MySQL equivalents."""
+    if not isinstance(exc, sa.exc.DBAPIError) or exc.connection_invalidated:
+        return False
+    orig = exc.orig
+    sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    if sqlstate is not None:
+        return sqlstate in _PG_CONFLICTS
+    code = getattr(orig, "sqlite_errorcode", None)
+    if code is not None or type(orig).__module__.startswith("sqlite3"):
+        message = str(orig).lower()
+        return "locked" in message or "busy" in message
+    args = getattr(orig, "args", ())
+    return bool(args) and args[0] in _MYSQL_CONFLICTS

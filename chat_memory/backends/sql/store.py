@@ -1,0 +1,383 @@
+"""SQLStore: conversations in SQL tables through SQLAlchemy Core (SQLite, PostgreSQL, MySQL)."""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import datetime, timezone
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+
+from ...errors import ConcurrencyError, ConfigurationError
+from ...events import Event, EventType, Window
+from ...search import MatchMode, SearchQuery, SearchResult, search_text
+from ..base import Backoff, CompactionPlan, Snapshot, Store, check_conversation_id
+from .engine import Transactions, create_store_engine, is_conflict, prepare_sqlite_engine, split_url_options
+from .schema import DEFAULT_TABLE_PREFIX, Tables, build_tables, ensure_schema
+
+T = TypeVar("T")
+_URL_OPTIONS = {"table_prefix", "max_archived_events"}
+_NOT_ACTIVE = (EventType.SYSTEM.value, EventType.SUMMARY.value)
+
+
+def conversation_key(conversation_id: str) -> str:
+    """The row key of a conversation: the SHA-256 of its id, so any id is an exact, bounded key."""
+    return hashlib.sha256(conversation_id.encode("utf-8")).hexdigest()
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class SQLStore(Store):
+    """Conversations in SQL tables, for the embedded SQLite default and for database servers.
+
+    >>> store = SQLStore("sqlite:///chat.db")                      # or open_store("sqlite:///chat.db")
+    >>> store = SQLStore("postgresql+psycopg://user@host/db?table_prefix=bot_")
+    >>> store = SQLStore(engine)                                   # a ready engine stays the caller's
+
+    Appends and compactions are single transactions that lock the conversation's row
+    (``SELECT … FOR UPDATE``; ``BEGIN IMMEDIATE`` on SQLite); a compaction is a compare-and-swap
+    on the version. Conflicts reported by the database are retried with bounded backoff and
+    end in :class:`ConcurrencyError`. Search runs in the database as ``LIKE`` over stored
+    case-folded text.
+    """
+
+    schemes = ("sqlite", "postgresql", "mysql", "mariadb")
+    default_max_archived_events = None
+
+    def __init__(
+        self,
+        engine: sa.Engine | str,
+        *,
+        table_prefix: str = DEFAULT_TABLE_PREFIX,
+        max_archived_events: int | None = None,
+        retry: Backoff | None = None,
+        **engine_options: Any,
+    ) -> None:
+        if isinstance(engine, str):
+            url, options = split_url_options(engine, _URL_OPTIONS)
+            self._owns_engine = True
+            self.engine = create_store_engine(url, **engine_options)
+        elif isinstance(engine, sa.Engine):
+            if engine_options:
+                raise ConfigurationError(f"engine options ({', '.join(engine_options)}) apply only when given a URL")
+            self._owns_engine = False
+            self.engine = engine
+            if engine.dialect.name == "sqlite":
+                prepare_sqlite_engine(engine, wal=engine.url.database not in (None, "", ":memory:"))
+        else:
+            raise ConfigurationError(f"engine ({engine!r}) must be a SQLAlchemy URL or Engine")
+        if max_archived_events is not None and (isinstance(max_archived_events, bool) or max_archived_events < 0):
+            raise ConfigurationError(f"max_archived_events ({max_archived_events!r}) must be 0 or more, or None")
+        self.default_max_archived_events = max_archived_events
+        self.tables: Tables = build_tables(table_prefix)
+        self.retry = retry or Backoff()
+        self._tx = Transactions(self.engine)
+        self._schema_ready = False
+        self._schema_lock = threading.Lock()
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> SQLStore:
+        """Open a store from a SQLAlchemy URL; ``table_prefix`` and ``max_archived_events`` may
+        be given in the query string (other query options go to the driver)."""
+        _, from_query = split_url_options(url, _URL_OPTIONS)
+        if "max_archived_events" in from_query:
+            text = from_query["max_archived_events"]
+            try:
+                options.setdefault("max_archived_events", None if text.lower() in ("", "none") else int(text))
+            except ValueError:
+                raise ConfigurationError(f"max_archived_events ({text!r}) in the store URL must be a whole number") from None
+        if "table_prefix" in from_query:
+            options.setdefault("table_prefix", from_query["table_prefix"])
+        return cls(url, **options)
+
+    def close(self) -> None:
+        """Dispose of the engine's connections when this store created the engine."""
+        if self._owns_engine:
+            self.engine.dispose()
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    def _ready(self) -> None:
+        if self._schema_ready:
+            return
+        with self._schema_lock:
+            if not self._schema_ready:
+                def create() -> None:
+                    with self._tx.write() as connection:
+                        self._tx.lock_schema(connection, self.tables.meta.name)
+                        ensure_schema(connection, self.tables)
+                self._retrying(create, "creating the schema")
+                self._schema_ready = True
+
+    def _retrying(self, operation: Callable[[], T], what: str) -> T:
+        """Run a whole transaction again while the database reports a lost race."""
+        last: BaseException | None = None
+        for delay in self.retry.delays():
+            try:
+                return operation()
+            except sa.exc.DBAPIError as exc:
+                if not is_conflict(exc):
+                    raise
+                last = exc
+            time.sleep(delay)
+        raise ConcurrencyError(f"{what} lost {self.retry.attempts} races with concurrent writers; giving up") from last
+
+    def _conversation_row(self, connection: sa.Connection, cid: str, *, lock: bool) -> Any:
+        conversations = self.tables.conversations
+        query = sa.select(conversations).where(conversations.c.conversation_key == conversation_key(cid))
+        if lock:
+            query = query.with_for_update()
+        return connection.execute(query).first()
+
+    def _read_window(self, connection: sa.Connection, cid: str) -> Snapshot:
+        """Conversation row and window rows in one statement, so the read is consistent even
+        under READ COMMITTED; it walks (conversation, archived=false, seq) and never the archive."""
+        conversations, events = self.tables.conversations, self.tables.events
+        joined = conversations.outerjoin(
+            events, sa.and_(events.c.conversation_ref == conversations.c.id, events.c.archived == sa.false())
+        )
+        query = (
+            sa.select(
+                conversations.c.version,
+                conversations.c.last_seq,
+                conversations.c.archived_count,
+                conversations.c.compaction_error,
+                events.c.type,
+                events.c.body,
+            )
+            .select_from(joined)
+            .where(conversations.c.conversation_key == conversation_key(cid))
+            .order_by(events.c.seq)
+        )
+        rows = connection.execute(query).all()
+        if not rows:
+            return Snapshot.empty(cid)
+        pinned: list[Event] = []
+        active: list[Event] = []
+        summary: Event | None = None
+        for row in rows:
+            if row.body is None:
+                continue
+            stored = Event.from_json(row.body)
+            if row.type == EventType.SYSTEM.value:
+                pinned.append(stored)
+            elif row.type == EventType.SUMMARY.value:
+                summary = stored
+            else:
+                active.append(stored)
+        head = rows[0]
+        return Snapshot(
+            conversation_id=cid,
+            version=head.version,
+            last_seq=head.last_seq,
+            window=Window(pinned=tuple(pinned), summary=summary, active=tuple(active)),
+            archived_count=head.archived_count,
+            compaction_error=head.compaction_error,
+        )
+
+    def _event_rows(self, ref: int, events: Sequence[Event], first_seq: int) -> list[dict[str, Any]]:
+        rows = []
+        for seq, event in enumerate(events, start=first_seq):
+            stored = event.model_copy(update={"seq": seq, "archived": False})
+            rows.append(
+                {
+                    "conversation_ref": ref,
+                    "seq": seq,
+                    "type": stored.type.value,
+                    "archived": False,
+                    "tokens": stored.tokens,
+                    "created_at": stored.created_at,
+                    "search_text": search_text(stored),
+                    "body": stored.to_json(),
+                }
+            )
+        return rows
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def append(self, conversation_id: str, events: Sequence[Event]) -> Snapshot:
+        cid = check_conversation_id(conversation_id)
+        self._ready()
+        batch = list(events)
+
+        def attempt() -> Snapshot:
+            conversations = self.tables.conversations
+            with self._tx.write() as connection:
+                row = self._conversation_row(connection, cid, lock=True)
+                now = _now()
+                if row is None:
+                    ref = connection.execute(
+                        conversations.insert().values(
+                            conversation_key=conversation_key(cid),
+                            conversation_id=cid,
+                            version=0,
+                            last_seq=0,
+                            archived_count=0,
+                            created_at=now,
+                            updated_at=now,
+                        )
+                    ).inserted_primary_key[0]
+                    last_seq, version = 0, 0
+                else:
+                    ref, last_seq, version = row.id, row.last_seq, row.version
+                if batch:
+                    connection.execute(self.tables.events.insert(), self._event_rows(ref, batch, last_seq + 1))
+                connection.execute(
+                    conversations.update()
+                    .where(conversations.c.id == ref)
+                    .values(last_seq=last_seq + len(batch), version=version + 1, updated_at=now)
+                )
+                return self._read_window(connection, cid)
+
+        return self._retrying(attempt, f"append to conversation {cid!r}")
+
+    def apply(self, conversation_id: str, plan: CompactionPlan) -> bool:
+        cid = check_conversation_id(conversation_id)
+        self._ready()
+        cap = plan.max_archived_events if plan.max_archived_events is not None else self.default_max_archived_events
+
+        def attempt() -> bool:
+            conversations, events = self.tables.conversations, self.tables.events
+            with self._tx.write() as connection:
+                swapped = connection.execute(
+                    conversations.update()
+                    .where(
+                        conversations.c.conversation_key == conversation_key(cid),
+                        conversations.c.version == plan.expected_version,
+                    )
+                    .values(version=conversations.c.version + 1, compaction_error=None, updated_at=_now())
+                )
+                if swapped.rowcount != 1:
+                    return False
+                row = self._conversation_row(connection, cid, lock=False)
+                of_conversation = events.c.conversation_ref == row.id
+                archived = connection.execute(
+                    events.update()
+                    .where(
+                        of_conversation,
+                        events.c.archived == sa.false(),
+                        events.c.seq <= plan.archive_through_seq,
+                        events.c.type.not_in(_NOT_ACTIVE),
+                    )
+                    .values(archived=True)
+                ).rowcount
+                last_seq, summary_seq = row.last_seq, row.summary_seq
+                if plan.summary is not None:
+                    archived += connection.execute(
+                        events.update()
+                        .where(of_conversation, events.c.archived == sa.false(), events.c.type == EventType.SUMMARY.value)
+                        .values(archived=True)
+                    ).rowcount
+                    last_seq += 1
+                    summary_seq = last_seq
+                    connection.execute(events.insert(), self._event_rows(row.id, [plan.summary], last_seq))
+                archived_count = row.archived_count + archived
+                if cap is not None and archived_count > cap:
+                    archived_count -= self._trim(connection, row.id, archived_count - cap)
+                connection.execute(
+                    conversations.update()
+                    .where(conversations.c.id == row.id)
+                    .values(last_seq=last_seq, summary_seq=summary_seq, archived_count=archived_count)
+                )
+                return True
+
+        return self._retrying(attempt, f"compaction of conversation {cid!r}")
+
+    def _trim(self, connection: sa.Connection, ref: int, excess: int) -> int:
+        """Delete the ``excess`` oldest archived events; returns how many were deleted."""
+        events = self.tables.events
+        archive = sa.and_(events.c.conversation_ref == ref, events.c.archived == sa.true())
+        through = connection.execute(
+            sa.select(events.c.seq).where(archive).order_by(events.c.seq).offset(excess - 1).limit(1)
+        ).scalar_one_or_none()
+        if through is None:
+            return 0
+        return connection.execute(events.delete().where(archive, events.c.seq <= through)).rowcount
+
+    def record_compaction_error(self, conversation_id: str, message: str | None) -> None:
+        cid = check_conversation_id(conversation_id)
+        self._ready()
+        conversations = self.tables.conversations
+
+        def attempt() -> None:
+            with self._tx.write() as connection:
+                connection.execute(
+                    conversations.update()
+                    .where(conversations.c.conversation_key == conversation_key(cid))
+                    .values(compaction_error=message)
+                )
+
+        self._retrying(attempt, f"recording the compaction error of {cid!r}")
+
+    def clear(self, conversation_id: str) -> None:
+        cid = check_conversation_id(conversation_id)
+        self._ready()
+        conversations, events = self.tables.conversations, self.tables.events
+
+        def attempt() -> None:
+            with self._tx.write() as connection:
+                row = self._conversation_row(connection, cid, lock=True)
+                if row is not None:
+                    connection.execute(events.delete().where(events.c.conversation_ref == row.id))
+                    connection.execute(conversations.delete().where(conversations.c.id == row.id))
+
+        self._retrying(attempt, f"clearing conversation {cid!r}")
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def load(self, conversation_id: str) -> Snapshot:
+        cid = check_conversation_id(conversation_id)
+        self._ready()
+        with self._tx.read() as connection:
+            return self._read_window(connection, cid)
+
+    def history(self, conversation_id: str) -> list[Event]:
+        cid = check_conversation_id(conversation_id)
+        self._ready()
+        conversations, events = self.tables.conversations, self.tables.events
+        query = (
+            sa.select(events.c.archived, events.c.body)
+            .join(conversations, events.c.conversation_ref == conversations.c.id)
+            .where(conversations.c.conversation_key == conversation_key(cid))
+            .order_by(events.c.seq)
+        )
+        with self._tx.read() as connection:
+            rows = connection.execute(query).all()
+        return [Event.from_json(row.body).model_copy(update={"archived": bool(row.archived)}) for row in rows]
+
+    def search(self, conversation_id: str, query: SearchQuery) -> SearchResult:
+        cid = check_conversation_id(conversation_id)
+        self._ready()
+        conversations, events = self.tables.conversations, self.tables.events
+        likes = [events.c.search_text.contains(term, autoescape=True) for term in query.terms]
+        matched = sa.or_(*likes) if query.match_mode is MatchMode.ANY else sa.and_(*likes)
+        ref = (
+            sa.select(conversations.c.id)
+            .where(conversations.c.conversation_key == conversation_key(cid))
+            .scalar_subquery()
+        )
+        where = (events.c.conversation_ref == ref, events.c.search_text.is_not(None), matched)
+        with self._tx.read() as connection:
+            total = connection.execute(sa.select(sa.func.count()).select_from(events).where(*where)).scalar_one()
+            rows = []
+            if total > query.offset:
+                rows = connection.execute(
+                    sa.select(events.c.archived, events.c.body)
+                    .where(*where)
+                    .order_by(events.c.seq)
+                    .offset(query.offset)
+                    .limit(query.limit)
+                ).all()
+        found = [Event.from_json(row.body).model_copy(update={"archived": bool(row.archived)}) for row in rows]
+        return SearchResult(events=found, total=total)
+
+    def conversations(self) -> list[str]:
+        self._ready()
+        with self._tx.read() as connection:
+            ids = connection.execute(sa.select(self.tables.conversations.c.conversation_id)).scalars().all()
+        return sorted(ids)

@@ -1,0 +1,1 @@
+"""Throwaway real servers for tests and benchmarks (loopback only, temp folders)."""
