@@ -92,9 +92,10 @@ class ChatMemory:
             return []
         snapshot = self.store.append(cid, batch)
         stored = snapshot.appended(len(batch))
-        if self.strategy.plan(snapshot.window) is not None:
+        cut = self.strategy.plan(snapshot.window)
+        if cut is not None:
             try:
-                self._compact(cid, snapshot)
+                self._compact(cid, snapshot, cut)
             except ChatMemoryError as exc:
                 message = f"{type(exc).__name__}: {exc}"
                 log.warning("chat-memory: compaction of %r failed, will retry at the next trigger: %s", cid, message)
@@ -196,17 +197,18 @@ class ChatMemory:
                     f"conversation {cid!r}; add the tool_call first (or in the same list)"
                 )
 
-    def _compact(self, cid: str, snapshot: Snapshot) -> CompactionResult:
-        """Plan, summarise when the strategy needs it, and apply as compare-and-swap. A plan
-        that loses its race is reused only if nothing was compacted meanwhile (appends at
-        the tail do not touch the region it archives); otherwise it is re-planned."""
+    def _compact(self, cid: str, snapshot: Snapshot, cut: Cut | None = None) -> CompactionResult:
+        """Plan (unless ``cut`` was already planned on ``snapshot``), summarise when the
+        strategy needs it, and apply as compare-and-swap. A plan that loses its race is
+        reused only if nothing was compacted meanwhile (appends at the tail do not touch
+        the region it archives); otherwise it is re-planned."""
         plan: CompactionPlan | None = None
-        cut: Cut | None = None
         head: tuple[str | None, str | None] | None = None
         for attempt in range(1, MAX_COMPACTION_ATTEMPTS + 1):
             current_head = _head(snapshot)
             if plan is None or current_head != head:
-                cut = self.strategy.plan(snapshot.window)
+                if plan is not None or cut is None:
+                    cut = self.strategy.plan(snapshot.window)
                 if cut is None:
                     return CompactionResult(self.strategy.name, attempts=attempt)
                 plan = CompactionPlan(
