@@ -1,0 +1,127 @@
+"""The agent's turn: show the model the window, let it call ``conversation_search`` (a
+bounded tool loop), and store every event of the turn as it happens.
+
+Storage order is chosen so that a crash mid-turn loses nothing already answered: the user
+message is stored before the first model call, and each model step (its text, its tool
+calls and their results) is stored as one atomic list, so a tool call is never stored
+without its result. Compaction runs inside :meth:`ChatMemory.add` after each write."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import ChatMemoryError
+from .events import Event
+from .memory import ChatMemory
+from .render import to_anthropic
+from .search import ConversationSearchTool, ToolOutput
+
+#: Model calls in one turn that may use tools; one more call (tools disabled) must answer.
+DEFAULT_MAX_TOOL_ROUNDS = 8
+ROUND_LIMIT_MESSAGE = "Error: the tool round limit of this turn was reached; answer with what you have."
+
+
+@dataclass(frozen=True)
+class ToolCallRecord:
+    """One tool call the model made during a turn and what it got back."""
+
+    name: str
+    arguments: dict[str, Any]
+    result: str
+    is_error: bool = False
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """What one turn did: the reply, the tool calls, the model calls and the stored events."""
+
+    conversation_id: str
+    text: str
+    tool_calls: list[ToolCallRecord] = field(default_factory=list)
+    model_calls: int = 0
+    events: list[Event] = field(default_factory=list)
+    stop_reason: str | None = None
+
+
+class Agent:
+    """A Claude agent over a :class:`ChatMemory`, driven through an ``anthropic.Anthropic``
+    client (any object with ``messages.create`` of the same shape works)."""
+
+    def __init__(
+        self,
+        client: Any,
+        memory: ChatMemory,
+        model: str,
+        system_prompt: str = "",
+        max_tokens: int = 1024,
+        max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS,
+    ) -> None:
+        self.client = client
+        self.memory = memory
+        self.model = model
+        self.system_prompt = system_prompt
+        self.max_tokens = max_tokens
+        self.max_tool_rounds = max_tool_rounds
+
+    def tools(self, conversation_id: str) -> dict[str, ConversationSearchTool]:
+        """The tools the model gets in this conversation, by name."""
+        if not self.memory.config.enable_conversation_search_tool:
+            return {}
+        tool = self.memory.search_tool(conversation_id)
+        return {tool.name: tool}
+
+    def run_turn(self, conversation_id: str, message: str) -> TurnResult:
+        """Answer one user message; every event of the turn ends up stored."""
+        stored = self.memory.add(conversation_id, Event.user(message))
+        tools = self.tools(conversation_id)
+        records: list[ToolCallRecord] = []
+        texts: list[str] = []
+        stop_reason: str | None = None
+        calls = 0
+        for round_number in range(1, self.max_tool_rounds + 2):
+            last_round = round_number > self.max_tool_rounds
+            response = self._call_model(conversation_id, tools, last_round)
+            calls += 1
+            stop_reason = getattr(response, "stop_reason", None)
+            text = "".join(b.text for b in response.content if getattr(b, "type", None) == "text")
+            uses = [b for b in response.content if getattr(b, "type", None) == "tool_use"]
+            step: list[Event] = []
+            if text.strip():
+                texts.append(text)
+                step.append(Event.assistant(text, metadata={"model": getattr(response, "model", self.model)}))
+            step += [Event.tool_call(use.name, dict(use.input or {}), call_id=use.id) for use in uses]
+            for use in uses:
+                output = ToolOutput(ROUND_LIMIT_MESSAGE, True) if last_round else self._run_tool(tools, use)
+                step.append(Event.tool_result(use.id, output.text, name=use.name, is_error=output.is_error))
+                records.append(ToolCallRecord(use.name, dict(use.input or {}), output.text, output.is_error))
+            if step:
+                stored += self.memory.add(conversation_id, step)
+            if not uses or last_round:
+                break
+        reply = texts[-1] if texts else ""
+        return TurnResult(conversation_id, reply, records, calls, stored, stop_reason)
+
+    def _call_model(self, conversation_id: str, tools: dict[str, ConversationSearchTool], last_round: bool) -> Any:
+        system, messages = to_anthropic(
+            self.memory.window(conversation_id), self.system_prompt, self.memory.config.summary_placement
+        )
+        request: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, "messages": messages}
+        if system:
+            request["system"] = system
+        if tools:
+            request["tools"] = [tool.definition() for tool in tools.values()]
+            if last_round:
+                request["tool_choice"] = {"type": "none"}
+        return self.client.messages.create(**request)
+
+    @staticmethod
+    def _run_tool(tools: dict[str, ConversationSearchTool], use: Any) -> ToolOutput:
+        """Run one tool call; failures go back to the model as an error result, not up the stack."""
+        tool = tools.get(use.name)
+        if tool is None:
+            return ToolOutput(f"Error: there is no tool named {use.name!r}; available: {', '.join(tools) or 'none'}.", True)
+        try:
+            return tool.run(use.input)
+        except ChatMemoryError as exc:
+            return ToolOutput(f"Error: {type(exc).__name__}: {exc}", True)

@@ -1,0 +1,213 @@
+"""Node definitions: a node is data (name, version, title, fields, outputs, sub-node slots),
+rendered as JSON Schema 2020-12 with canvas hints under ``x-ui``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import ConfigurationError
+from .fields import (
+    CONNECTION_FIELDS,
+    CONVERSATION_ID,
+    MAX_MESSAGES_V1,
+    MEMORY_FIELDS,
+    SUMMARIZER_MODEL,
+    FieldSpec,
+    ShowIf,
+)
+
+JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
+
+#: Node kinds; a sub-node slot accepts some of them.
+TRIGGER, AGENT, MODEL, MEMORY, ACTION = "trigger", "agent", "model", "memory", "action"
+
+
+def is_expression(value: Any) -> bool:
+    """True for a parameter value holding a ``${node.path}`` expression: such values are
+    checked once resolved, at run time."""
+    return isinstance(value, str) and "${" in value
+
+
+@dataclass(frozen=True)
+class ClusterSlot:
+    """A place on a node where a sub-node (cluster element) attaches, e.g. the agent's model."""
+
+    name: str
+    label: str
+    accepts: tuple[str, ...]
+    required: bool = False
+    show_if: ShowIf | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"label": self.label, "accepts": list(self.accepts), "required": self.required}
+        if self.show_if:
+            data["showIf"] = {key: list(values) for key, values in self.show_if.items()}
+        return data
+
+
+@dataclass(frozen=True)
+class NodeDefinition:
+    """One version of one node type. ``type`` (``name/vN``) is what a workflow names."""
+
+    name: str
+    version: int
+    title: str
+    description: str
+    kind: str
+    fields: tuple[FieldSpec, ...] = ()
+    outputs: tuple[str, ...] = ()
+    cluster_elements: tuple[ClusterSlot, ...] = ()
+    storage: str | None = None
+
+    @property
+    def type(self) -> str:
+        """The versioned type name, e.g. ``chatMemory/v2``."""
+        return f"{self.name}/v{self.version}"
+
+    def field(self, name: str) -> FieldSpec | None:
+        """The field called ``name``, or None."""
+        return next((f for f in self.fields if f.name == name), None)
+
+    def slot(self, name: str) -> ClusterSlot | None:
+        """The sub-node slot called ``name``, or None."""
+        return next((s for s in self.cluster_elements if s.name == name), None)
+
+    def defaults(self) -> dict[str, Any]:
+        """Every field's default value."""
+        return {f.name: f.schema["default"] for f in self.fields if "default" in f.schema}
+
+    def visible_fields(self, parameters: Mapping[str, Any]) -> list[str]:
+        """Names of the fields the canvas shows for these parameters, in canvas order."""
+        values = {**self.defaults(), **parameters}
+        return [f.name for f in sorted(self.fields, key=lambda f: f.order) if f.is_shown(values)]
+
+    def schema(self) -> dict[str, Any]:
+        """The parameters' JSON Schema (2020-12), each property carrying its ``x-ui`` hints."""
+        return {
+            "$schema": JSON_SCHEMA_DIALECT,
+            "$id": f"urn:chat-memory:node:{self.type}",
+            "title": self.title,
+            "type": "object",
+            "properties": {f.name: f.property_schema() for f in self.fields},
+            "required": [f.name for f in self.fields if f.required],
+            "additionalProperties": False,
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """The whole definition as the canvas loads it."""
+        data: dict[str, Any] = {
+            "type": self.type,
+            "name": self.name,
+            "version": self.version,
+            "title": self.title,
+            "description": self.description,
+            "kind": self.kind,
+            "parameters": self.schema(),
+            "outputs": list(self.outputs),
+            "clusterElements": {slot.name: slot.to_json() for slot in self.cluster_elements},
+        }
+        if self.storage:
+            data["storage"] = self.storage
+        return data
+
+    def check_parameters(self, parameters: Mapping[str, Any], skip: frozenset[str] = frozenset()) -> dict[str, Any]:
+        """Refuse unknown fields, missing required ones and literal values of the wrong type
+        (expressions are left for run time; fields in ``skip`` are checked by their owner).
+        Returns the parameters with defaults filled in."""
+        if not isinstance(parameters, Mapping):
+            raise ConfigurationError(f"parameters ({parameters!r}) must be an object")
+        known = {f.name for f in self.fields}
+        unknown = [name for name in parameters if name not in known]
+        if unknown:
+            name = unknown[0]
+            raise ConfigurationError(
+                f"Unknown field {name!r} (value {parameters[name]!r}); {self.type} has: {', '.join(sorted(known)) or 'no fields'}"
+            )
+        for spec in self.fields:
+            value = parameters.get(spec.name)
+            if spec.required and (value is None or value == ""):
+                raise ConfigurationError(f"{spec.label} ({value!r}) is required")
+            if spec.name in parameters and spec.name not in skip and not is_expression(value):
+                spec.check(value)
+        return {**self.defaults(), **parameters}
+
+
+# -- the nodes ------------------------------------------------------------------------------
+
+_STORAGE_TITLES = {
+    "builtin": ("chatMemory", "Chat Memory", "Chat memory in the built-in store (follows CHAT_MEMORY_URL; an embedded SQLite file by default)."),
+    "jdbc": ("jdbcChatMemory", "JDBC Chat Memory", "Chat memory in a SQL database (PostgreSQL, MySQL, SQLite…)."),
+    "redis": ("redisChatMemory", "Redis Chat Memory", "Chat memory in Redis or Redis Cluster."),
+    "s3": ("awsS3ChatMemory", "AWS S3 Chat Memory", "Chat memory in an S3 bucket (conditional writes)."),
+    "memory": ("inMemoryChatMemory", "In-Memory Chat Memory", "Chat memory in this process only; lost on restart."),
+}
+_SUMMARIZER_SLOT = ClusterSlot(
+    "summarizerModel", "Summarizer model", (MODEL,), show_if={"compactionStrategy": ["recursive_summarization"]}
+)
+
+
+def memory_node(storage: str, version: int = 2) -> NodeDefinition:
+    """The Chat Memory node of one storage kind: version 2 has the full memory field set,
+    version 1 the old plain message-count window."""
+    name, title, description = _STORAGE_TITLES[storage]
+    if version == 2:
+        fields = (CONVERSATION_ID, *MEMORY_FIELDS, SUMMARIZER_MODEL, *CONNECTION_FIELDS[storage])
+        slots: tuple[ClusterSlot, ...] = (_SUMMARIZER_SLOT,)
+    elif version == 1:
+        fields, slots = (CONVERSATION_ID, MAX_MESSAGES_V1, *CONNECTION_FIELDS[storage]), ()
+        description += " Version 1: a plain message-count window."
+    else:
+        raise ConfigurationError(f"{name} has no version {version}")
+    return NodeDefinition(name, version, title, description, MEMORY, fields, (), slots, storage)
+
+
+def _field(name: str, schema: dict[str, Any], label: str, description: str, order: int, **hints: Any) -> FieldSpec:
+    return FieldSpec(name, schema, label, description, order, **hints)
+
+
+NEW_CHAT_REQUEST = NodeDefinition(
+    "newChatRequest", 1, "New Chat Request", "Starts a run for every chat message.", TRIGGER,
+    outputs=("conversationId", "message"),
+)
+AI_AGENT = NodeDefinition(
+    "aiAgent", 1, "AI Agent", "Answers with a model, remembers with a Chat Memory sub-node, and uses its tools.", AGENT,
+    fields=(
+        _field("userMessage", {"type": "string", "minLength": 1}, "User message", "What the user said.", 1,
+               required=True, placeholder="${chat_1.message}"),
+        _field("systemPrompt", {"type": "string", "default": ""}, "System prompt", "Instructions for the model.", 2,
+               extra_ui={"multiline": True}),
+        _field("maxToolRounds", {"type": "integer", "minimum": 1, "default": 8}, "Max tool rounds",
+               "Most model calls that may use tools in one turn.", 3, advanced=True),
+    ),
+    outputs=("text", "conversationId", "toolCalls"),
+    cluster_elements=(
+        ClusterSlot("model", "Chat model", (MODEL,), required=True),
+        ClusterSlot("memory", "Memory", (MEMORY,)),
+    ),
+)
+ANTHROPIC_CHAT_MODEL = NodeDefinition(
+    "anthropicChatModel", 1, "Anthropic Claude", "A Claude model through the Anthropic Messages API.", MODEL,
+    fields=(
+        _field("model", {"type": "string", "minLength": 1, "default": "claude-sonnet-5-5"}, "Model",
+               "Model name.", 1, required=True),
+        _field("maxTokens", {"type": "integer", "minimum": 1, "default": 1024}, "Max tokens",
+               "Most tokens in one answer.", 2, advanced=True),
+    ),
+)
+REPLY = NodeDefinition(
+    "reply", 1, "Reply", "Sends the answer back to the chat.", ACTION,
+    fields=(_field("text", {"type": "string"}, "Text", "What to send.", 1, required=True,
+                   placeholder="${agent_1.text}"),),
+    outputs=("text",),
+)
+
+MEMORY_STORAGES = tuple(_STORAGE_TITLES)
+
+
+def builtin_definitions() -> list[NodeDefinition]:
+    """Every node this package ships: the five Chat Memory nodes (v2, and v1 kept for old
+    workflows) and the nodes of the chat template."""
+    memory = [memory_node(storage, version) for storage in MEMORY_STORAGES for version in (2, 1)]
+    return [*memory, NEW_CHAT_REQUEST, AI_AGENT, ANTHROPIC_CHAT_MODEL, REPLY]

@@ -1,0 +1,223 @@
+"""Node fields: one JSON Schema property plus its canvas hints (``x-ui``), and the field sets
+the Chat Memory nodes share. Memory fields are derived from :class:`MemoryConfig` (defaults,
+enums) and :data:`FIELD_LABELS` (labels), so the canvas and the library cannot drift apart."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any
+
+from ..config import FIELD_LABELS, CompactionStrategy, MemoryConfig, SummaryPlacement
+from ..errors import ConfigurationError
+
+#: ``showIf`` maps another field's name to the values that show this field: keys AND, values OR.
+ShowIf = Mapping[str, list[Any]]
+
+_SUMMARIZING = [CompactionStrategy.RECURSIVE_SUMMARIZATION.value]
+_COMPACTING = [s.value for s in CompactionStrategy if s is not CompactionStrategy.NONE]
+
+
+@dataclass(frozen=True)
+class FieldSpec:
+    """One field of a node: its JSON Schema (type, default, enum, bounds) and its UI hints."""
+
+    name: str
+    schema: dict[str, Any]
+    label: str
+    description: str
+    order: int
+    advanced: bool = False
+    show_if: ShowIf | None = None
+    required: bool = False
+    placeholder: str | None = None
+    extra_ui: dict[str, Any] = field(default_factory=dict)
+
+    def property_schema(self) -> dict[str, Any]:
+        """The JSON Schema 2020-12 property, with the UI hints under ``x-ui``."""
+        ui: dict[str, Any] = {"label": self.label, "description": self.description, "order": self.order}
+        if self.advanced:
+            ui["advanced"] = True
+        if self.show_if:
+            ui["showIf"] = {key: list(values) for key, values in self.show_if.items()}
+        if self.placeholder:
+            ui["placeholder"] = self.placeholder
+        ui.update(self.extra_ui)
+        return {**self.schema, "title": self.label, "description": self.description, "x-ui": ui}
+
+    def is_shown(self, parameters: Mapping[str, Any]) -> bool:
+        """Whether the canvas shows this field for these parameter values (defaults filled in)."""
+        if not self.show_if:
+            return True
+        return all(parameters.get(key) in values for key, values in self.show_if.items())
+
+    def check(self, value: Any) -> Any:
+        """Check a literal value against the field's type; raises :class:`ConfigurationError`
+        naming the label and the value. (Memory fields are checked by MemoryConfig instead.)"""
+        types = self.schema.get("type", [])
+        types = [types] if isinstance(types, str) else list(types)
+        if value is None and "null" in types:
+            return None
+        if "enum" in self.schema and value not in self.schema["enum"]:
+            raise ConfigurationError(f"{self.label} ({value!r}) must be one of {', '.join(map(repr, self.schema['enum']))}")
+        if "integer" in types:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise ConfigurationError(f"{self.label} ({value!r}) must be a whole number")
+            if value < self.schema.get("minimum", value):
+                raise ConfigurationError(f"{self.label} ({value}) must be at least {self.schema['minimum']}")
+        elif "boolean" in types and not isinstance(value, bool):
+            raise ConfigurationError(f"{self.label} ({value!r}) must be true or false")
+        elif "string" in types:
+            if not isinstance(value, str):
+                raise ConfigurationError(f"{self.label} ({value!r}) must be text")
+            if len(value.strip()) < self.schema.get("minLength", 0):
+                raise ConfigurationError(f"{self.label} ({value!r}) must not be blank")
+        return value
+
+
+def _default(name: str) -> Any:
+    value = MemoryConfig.model_fields[name].default
+    return value.value if isinstance(value, Enum) else value
+
+
+def _memory_field(
+    name: str, schema: dict[str, Any], description: str, order: int, **hints: Any
+) -> FieldSpec:
+    alias = MemoryConfig.model_fields[name].alias or name
+    default = _default(name)
+    if default is not None:
+        schema = {**schema, "default": default}
+    return FieldSpec(alias, schema, FIELD_LABELS[name], description, order, **hints)
+
+
+def _positive(name: str, description: str, order: int, **hints: Any) -> FieldSpec:
+    return _memory_field(name, {"type": "integer", "minimum": 1}, description, order, **hints)
+
+
+CONVERSATION_ID = FieldSpec(
+    "conversationId",
+    {"type": "string", "minLength": 1},
+    "Conversation ID",
+    "Which conversation to remember, usually an expression such as ${chat_1.conversationId}.",
+    order=0,
+    required=True,
+    placeholder="${chat_1.conversationId}",
+)
+
+#: The memory fields of every version-2 Chat Memory node, in canvas order.
+MEMORY_FIELDS: tuple[FieldSpec, ...] = (
+    _memory_field(
+        "compaction_strategy",
+        {"type": "string", "enum": [s.value for s in CompactionStrategy]},
+        "How the window the model sees is kept bounded; compacted turns are archived, never deleted.",
+        1,
+        extra_ui={"options": {
+            "none": "None (keep everything in view)",
+            "sliding_window": "Sliding window (by events)",
+            "turn_window": "Turn window (by turns)",
+            "token_count": "Token count",
+            "recursive_summarization": "Recursive summarization",
+        }},
+    ),
+    _positive(
+        "max_events",
+        "Most real events (messages, tool calls, tool results) kept in view before compaction.",
+        2,
+        show_if={"compactionStrategy": ["sliding_window", "recursive_summarization"]},
+    ),
+    _positive("max_turns", "Most turns (a user message and everything after it) kept in view.", 3,
+              show_if={"compactionStrategy": ["turn_window"]}),
+    _positive("max_tokens", "Most estimated tokens in view (pinned instructions and summary included).", 4,
+              show_if={"compactionStrategy": ["token_count"]}),
+    _positive("max_events_to_keep", "Newest events kept in view when older ones are summarised.", 5,
+              show_if={"compactionStrategy": _SUMMARIZING}),
+    _memory_field(
+        "overlap_size",
+        {"type": "integer", "minimum": 0},
+        "Kept events the summarizer also sees as upcoming context (not summarised).",
+        6,
+        show_if={"compactionStrategy": _SUMMARIZING},
+    ),
+    _memory_field(
+        "summary_placement",
+        {"type": "string", "enum": [p.value for p in SummaryPlacement]},
+        "Where the model sees the summary: as a leading user message or in the system prompt.",
+        7,
+        show_if={"compactionStrategy": _SUMMARIZING},
+        advanced=True,
+    ),
+    _memory_field(
+        "enable_conversation_search_tool",
+        {"type": "boolean"},
+        "Give the agent the conversation_search tool over the whole history, archive included.",
+        9,
+    ),
+    _positive("search_page_size", "Results per page of conversation_search.", 10, advanced=True,
+              show_if={"enableConversationSearchTool": [True]}),
+    _memory_field(
+        "max_archived_events",
+        {"type": ["integer", "null"], "minimum": 1},
+        "Oldest archived events beyond this many are dropped; empty means the storage's default.",
+        11,
+        advanced=True,
+        show_if={"compactionStrategy": _COMPACTING},
+    ),
+)
+
+SUMMARIZER_MODEL = FieldSpec(
+    "summarizerModel",
+    {"type": ["string", "null"]},
+    "Summarizer model",
+    "The (smaller) model that writes summaries; or attach a model sub-node to the summarizerModel slot.",
+    order=8,
+    show_if={"compactionStrategy": _SUMMARIZING},
+    placeholder="claude-haiku-5-5",
+)
+
+#: The only setting of the version-1 nodes: a plain message-count window.
+MAX_MESSAGES_V1 = FieldSpec(
+    "maxMessages",
+    {"type": "integer", "minimum": 1, "default": 20},
+    "Max messages",
+    "Most messages kept in view; older ones are archived.",
+    order=1,
+)
+
+
+def _text(name: str, label: str, description: str, order: int, **hints: Any) -> FieldSpec:
+    schema: dict[str, Any] = {"type": "string"}
+    if "default" in hints:
+        schema["default"] = hints.pop("default")
+    if hints.get("required"):
+        schema["minLength"] = 1
+    return FieldSpec(name, schema, label, description, order, **hints)
+
+
+#: Connection fields by storage kind; order numbers start after the memory fields.
+CONNECTION_FIELDS: dict[str, tuple[FieldSpec, ...]] = {
+    "builtin": (),
+    "memory": (),
+    "jdbc": (
+        _text("url", "Database URL", "SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db or sqlite:///chat.db.",
+              20, required=True, placeholder="postgresql+psycopg://user:password@localhost:5432/chat"),
+        _text("tablePrefix", "Table prefix", "Prefix of the tables chat-memory creates.", 21,
+              default="chat_memory_", advanced=True),
+    ),
+    "redis": (
+        _text("url", "Redis URL", "redis://, rediss:// or redis+cluster://host:port.", 20, required=True,
+              placeholder="redis://localhost:6379/0"),
+        _text("keyPrefix", "Key prefix", "Prefix of every key chat-memory writes.", 21, default="chat-memory",
+              advanced=True),
+        FieldSpec("ttlSeconds", {"type": ["integer", "null"], "minimum": 1}, "Time to live (seconds)",
+                  "Expire a conversation this long after its last write; empty keeps it forever.", 22, advanced=True),
+    ),
+    "s3": (
+        FieldSpec("bucket", {"type": "string", "minLength": 3}, "Bucket", "S3 bucket (created when missing).", 20,
+                  required=True),
+        _text("prefix", "Key prefix", "Folder inside the bucket.", 21, default="chat-memory"),
+        _text("region", "Region", "AWS region; empty uses the usual AWS configuration.", 22, advanced=True),
+        _text("endpointUrl", "Endpoint URL", "For S3-compatible services, e.g. http://127.0.0.1:9000.", 23,
+              advanced=True),
+    ),
+}

@@ -1,0 +1,100 @@
+"""From a Chat Memory node's parameters to the library: a validated :class:`MemoryConfig`
+(built by the same code as in Python, so the messages are the same) and the store it names."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from ..backends import open_store
+from ..backends.base import Store
+from ..config import FIELD_LABELS, CompactionStrategy, MemoryConfig
+from ..errors import ConfigurationError
+from .definitions import MEMORY, NodeDefinition, is_expression
+from .fields import MAX_MESSAGES_V1, MEMORY_FIELDS
+
+MEMORY_FIELD_NAMES = frozenset(f.name for f in MEMORY_FIELDS)
+#: Fields MemoryConfig validates (the v1 message count included), not the generic field check.
+_CONFIG_FIELD_NAMES = MEMORY_FIELD_NAMES | {MAX_MESSAGES_V1.name}
+
+
+@dataclass(frozen=True)
+class MemoryNodeSettings:
+    """What a Chat Memory node configures: the conversation, the memory config, the summarizer
+    model and the storage connection."""
+
+    definition: NodeDefinition
+    conversation_id: str | None
+    config: MemoryConfig
+    summarizer_model: str | None = None
+    connection: dict[str, Any] = field(default_factory=dict)
+
+    def store_target(self) -> tuple[str | None, dict[str, Any]]:
+        """The URL and options :func:`open_store` takes for this node (URL None: the built-in store)."""
+        storage, c = self.definition.storage, self.connection
+        if storage == "builtin":
+            return None, {}
+        if storage == "memory":
+            return "memory://", {}
+        if storage == "jdbc":
+            return c["url"], _present(table_prefix=c.get("tablePrefix"))
+        if storage == "redis":
+            return c["url"], _present(key_prefix=c.get("keyPrefix"), ttl_seconds=c.get("ttlSeconds"))
+        if storage == "s3":
+            prefix = quote(str(c.get("prefix") or "").strip("/"), safe="/")
+            query = urlencode(_present(region=c.get("region"), endpoint_url=c.get("endpointUrl")))
+            return f"s3://{c['bucket']}/{prefix}" + (f"?{query}" if query else ""), {}
+        raise ConfigurationError(f"{self.definition.type} names no storage")
+
+    def open_store(self) -> Store:
+        """Open the store this node names."""
+        url, options = self.store_target()
+        return open_store(url, **options)
+
+
+def _present(**options: Any) -> dict[str, Any]:
+    return {key: value for key, value in options.items() if value not in (None, "")}
+
+
+def memory_settings(
+    definition: NodeDefinition, parameters: Mapping[str, Any], summarizer_model: str | None = None
+) -> MemoryNodeSettings:
+    """Validate a memory node's parameters. Literal values are checked now; values that are
+    still ``${…}`` expressions are left out (their defaults stand in) until resolved.
+    ``summarizer_model`` is the model of an attached summarizer sub-node, if any.
+
+    Raises :class:`ConfigurationError` naming the field by its canvas label and the value."""
+    if definition.kind != MEMORY:
+        raise ConfigurationError(f"{definition.type} is not a Chat Memory node")
+    values = definition.check_parameters(parameters, skip=_CONFIG_FIELD_NAMES)
+    literal = {k: v for k, v in values.items() if not is_expression(v)}
+    if definition.version == 1:
+        config = _config_v1(literal)
+    else:
+        config = MemoryConfig.from_mapping({k: v for k, v in literal.items() if k in MEMORY_FIELD_NAMES})
+    model = summarizer_model or literal.get("summarizerModel")
+    if config.compaction_strategy is CompactionStrategy.RECURSIVE_SUMMARIZATION and not model:
+        raise ConfigurationError(
+            f"Summarizer model ({model!r}) must be configured for recursive summarization: attach a model "
+            "sub-node to the summarizerModel slot or fill in the Summarizer model field"
+        )
+    connection_names = {f.name for f in definition.fields} - _CONFIG_FIELD_NAMES - {"conversationId", "summarizerModel"}
+    conversation_id = values.get("conversationId")
+    return MemoryNodeSettings(
+        definition,
+        None if is_expression(conversation_id) else conversation_id,
+        config,
+        model,
+        {k: v for k, v in values.items() if k in connection_names},
+    )
+
+
+def _config_v1(values: Mapping[str, Any]) -> MemoryConfig:
+    """Version 1 was a plain message-count window: a sliding window over ``maxMessages``."""
+    try:
+        return MemoryConfig(compaction_strategy="sliding_window", max_events=values.get(MAX_MESSAGES_V1.name, 20))
+    except ConfigurationError as exc:
+        # Same validation code; the message names the field as the v1 canvas labels it.
+        raise ConfigurationError(str(exc).replace(FIELD_LABELS["max_events"], MAX_MESSAGES_V1.label)) from None

@@ -1,0 +1,176 @@
+"""Running a chat workflow: per message, the trigger's outputs feed the agent (its model and
+memory sub-nodes resolved from their parameters), and the reply node's text is the answer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..agent import Agent, TurnResult
+from ..backends.base import Store, check_conversation_id
+from ..components import MemoryNodeSettings, memory_settings
+from ..components.definitions import ACTION, AGENT, TRIGGER
+from ..config import CompactionStrategy
+from ..errors import ConfigurationError, InvalidInputError
+from ..memory import ChatMemory
+from ..summarizer import AnthropicSummarizer
+from .expressions import resolve
+from .workflow import Workflow, WorkflowError, WorkflowNode, model_name
+
+
+@dataclass(frozen=True)
+class ChatRun:
+    """The outcome of one message through the workflow."""
+
+    reply: str
+    turn: TurnResult
+    outputs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+def anthropic_client() -> Any:
+    """A real ``anthropic.Anthropic()`` client (API key from ``ANTHROPIC_API_KEY``)."""
+    try:
+        import anthropic
+    except ModuleNotFoundError as exc:
+        raise ConfigurationError("the anthropic driver is missing; pip install 'chat-memory[anthropic]'") from exc
+    return anthropic.Anthropic()
+
+
+class ChatWorkflow:
+    """Runs a workflow made of a New Chat Request trigger, an AI Agent with a model and a
+    Chat Memory sub-node, and Reply nodes.
+
+    ``client`` is the Anthropic client used for the agent and the summarizer (default: a
+    real one). ``store`` replaces the storage every memory node names (the command line's
+    ``--url``); otherwise stores are opened from the nodes and closed by :meth:`close`.
+    """
+
+    def __init__(self, workflow: Workflow, client: Any = None, store: Store | None = None) -> None:
+        triggers, agents = workflow.of_kind(TRIGGER), workflow.of_kind(AGENT)
+        if len(triggers) != 1 or len(agents) != 1:
+            raise WorkflowError(
+                f"workflow {workflow.name!r} must have one trigger and one agent to run as a chat "
+                f"(has {len(triggers)} and {len(agents)})"
+            )
+        self.workflow = workflow
+        self.trigger, self.agent_node = triggers[0], agents[0]
+        memory_node = self.agent_node.element("memory")
+        if memory_node is None:
+            raise WorkflowError(f"node {self.agent_node.name!r} needs a Chat Memory sub-node in its 'memory' slot")
+        self.memory_node: WorkflowNode = memory_node
+        self._client = client
+        self._store_override = store
+        self._stores: dict[tuple[str | None, tuple[tuple[str, Any], ...]], Store] = {}
+
+    @property
+    def client(self) -> Any:
+        """The Anthropic client, created on first use."""
+        if self._client is None:
+            self._client = anthropic_client()
+        return self._client
+
+    def send(self, conversation_id: str, message: str) -> ChatRun:
+        """Run the workflow for one chat message and return the reply."""
+        check_conversation_id(conversation_id)
+        outputs: dict[str, dict[str, Any]] = {self.trigger.name: {"conversationId": conversation_id, "message": message}}
+        turn: TurnResult | None = None
+        for node in self.workflow.order():
+            if node is self.trigger:
+                continue
+            if node is self.agent_node:
+                turn = self._run_agent(outputs)
+                outputs[node.name] = {
+                    "text": turn.text,
+                    "conversationId": turn.conversation_id,
+                    "toolCalls": [{"name": c.name, "arguments": c.arguments} for c in turn.tool_calls],
+                }
+            elif node.definition.kind == ACTION:
+                params = node.definition.check_parameters(_resolved(node, outputs))
+                outputs[node.name] = {"text": str(params.get("text", ""))}
+        assert turn is not None
+        replies = [outputs[n.name]["text"] for n in self.workflow.of_kind(ACTION) if n.name in outputs]
+        return ChatRun(replies[-1] if replies else turn.text, turn, outputs)
+
+    def memory_settings(self, conversation_id: str) -> MemoryNodeSettings:
+        """The memory node's settings for a conversation (as the trigger would feed them)."""
+        outputs = {self.trigger.name: {"conversationId": conversation_id, "message": ""}}
+        return self._settings(outputs)
+
+    def memory(self, conversation_id: str) -> ChatMemory:
+        """The :class:`ChatMemory` the agent uses for a conversation."""
+        return self._memory(self.memory_settings(conversation_id))
+
+    def close(self) -> None:
+        """Close the stores this runner opened (never a store passed in)."""
+        for store in self._stores.values():
+            store.close()
+        self._stores.clear()
+
+    def __enter__(self) -> ChatWorkflow:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals ---------------------------------------------------------------------------
+
+    def _run_agent(self, outputs: dict[str, dict[str, Any]]) -> TurnResult:
+        node = self.agent_node
+        params = _checked(node, _resolved(node, outputs))
+        model_node = node.element("model")
+        assert model_node is not None  # a required slot, checked at import
+        model = _checked(model_node, _resolved(model_node, outputs))
+        settings = self._settings(outputs)
+        agent = Agent(
+            self.client,
+            self._memory(settings),
+            model=model["model"],
+            system_prompt=params.get("systemPrompt") or "",
+            max_tokens=model["maxTokens"],
+            max_tool_rounds=params["maxToolRounds"],
+        )
+        assert settings.conversation_id is not None
+        return agent.run_turn(settings.conversation_id, str(params["userMessage"]))
+
+    def _settings(self, outputs: dict[str, dict[str, Any]]) -> MemoryNodeSettings:
+        node = self.memory_node
+        summarizer = node.element("summarizerModel")
+        if summarizer is not None:
+            summarizer = WorkflowNode(summarizer.name, summarizer.definition, _resolved(summarizer, outputs))
+        try:
+            settings = memory_settings(node.definition, _resolved(node, outputs), model_name(summarizer))
+            check_conversation_id(settings.conversation_id)
+        except ConfigurationError as exc:
+            raise WorkflowError(f"node {node.name!r} ({node.type}): {exc}") from None
+        except InvalidInputError as exc:
+            raise WorkflowError(f"node {node.name!r} ({node.type}): Conversation ID: {exc}") from None
+        return settings
+
+    def _memory(self, settings: MemoryNodeSettings) -> ChatMemory:
+        # Only a summarizing strategy calls the summarizer; building it needs the client (and its key).
+        summarizes = settings.config.compaction_strategy is CompactionStrategy.RECURSIVE_SUMMARIZATION
+        summarizer = AnthropicSummarizer(model=settings.summarizer_model, client=self.client) if summarizes else None
+        return ChatMemory(self._store(settings), settings.config, summarizer=summarizer)
+
+    def _store(self, settings: MemoryNodeSettings) -> Store:
+        if self._store_override is not None:
+            return self._store_override
+        url, options = settings.store_target()
+        key = (url, tuple(sorted(options.items())))
+        if key not in self._stores:
+            self._stores[key] = settings.open_store()
+        return self._stores[key]
+
+
+def _resolved(node: WorkflowNode, outputs: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    try:
+        return dict(resolve(node.parameters, outputs))
+    except ConfigurationError as exc:
+        raise WorkflowError(f"node {node.name!r} ({node.type}): {exc}") from None
+
+
+def _checked(node: WorkflowNode, parameters: dict[str, Any]) -> dict[str, Any]:
+    try:
+        return node.definition.check_parameters(parameters)
+    except ConfigurationError as exc:
+        raise WorkflowError(f"node {node.name!r} ({node.type}): {exc}") from None
