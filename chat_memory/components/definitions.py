@@ -127,7 +127,7 @@ class NodeDefinition:
             )
         for spec in self.fields:
             value = parameters.get(spec.name)
-            if spec.required and (value is None or value == ""):
+            if spec.required and value is None:
                 raise ConfigurationError(f"{spec.label} ({value!r}) is required")
             if spec.name in parameters and spec.name not in skip and not is_expression(value):
                 spec.check(value)
