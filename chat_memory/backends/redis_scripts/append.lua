@@ -1,0 +1,35 @@
+-- ARGV: conversation id, ttl, request token, then (kind "p"|"a", envelope, folded text) per event.
+local cid, ttl, token = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local owner = redis.call('HGET', meta, 'cid')
+if owner and owner ~= cid then
+  return redis.error_reply('chat-memory: two conversation ids share one key digest')
+end
+-- A request retried after a lost reply (the first attempt went through) must not append twice.
+if redis.call('ZSCORE', recent, token) then
+  return {0, window()}
+end
+local last = tonumber(redis.call('HGET', meta, 'last_seq') or '0')
+local searchable = {}
+for i = 4, #ARGV, 3 do
+  last = last + 1
+  local element = last .. ':' .. ARGV[i + 1]
+  if ARGV[i] == 'p' then
+    redis.call('RPUSH', pinned, element)
+  else
+    redis.call('RPUSH', active, element)
+    searchable[#searchable + 1] = last
+    searchable[#searchable + 1] = ARGV[i + 2]
+  end
+end
+if #searchable > 0 then
+  redis.call('HSET', texts, unpack(searchable))
+end
+redis.call('HSET', meta, 'cid', cid, 'last_seq', last)
+redis.call('HINCRBY', meta, 'version', 1)
+redis.call('ZADD', recent, last, token)
+redis.call('ZREMRANGEBYRANK', recent, 0, -17)
+if KEYS[7] then
+  redis.call('SADD', KEYS[7], cid)
+end
+refresh_ttl(ttl)
+return {owner and 0 or 1, window()}
