@@ -134,14 +134,15 @@ class SQLStore(Store):
             query = query.with_for_update()
         return connection.execute(query).first()
 
-    def _read_window(self, connection: sa.Connection, cid: str) -> Snapshot:
-        """Conversation row and window rows in one statement, so the read is consistent even
-        under READ COMMITTED; it walks (conversation, archived=false, seq) and never the archive."""
+    def window_query(self, conversation_id: str) -> sa.Select[Any]:
+        """The one statement that reads a conversation's row and its window rows (archived =
+        false, by seq): consistent even under READ COMMITTED, and served by the
+        (conversation, archived, seq) index, so it never visits the archive."""
         conversations, events = self.tables.conversations, self.tables.events
         joined = conversations.outerjoin(
             events, sa.and_(events.c.conversation_ref == conversations.c.id, events.c.archived == sa.false())
         )
-        query = (
+        return (
             sa.select(
                 conversations.c.version,
                 conversations.c.last_seq,
@@ -151,9 +152,12 @@ class SQLStore(Store):
                 events.c.body,
             )
             .select_from(joined)
-            .where(conversations.c.conversation_key == conversation_key(cid))
+            .where(conversations.c.conversation_key == conversation_key(conversation_id))
             .order_by(events.c.seq)
         )
+
+    def _read_window(self, connection: sa.Connection, cid: str) -> Snapshot:
+        query = self.window_query(cid)
         rows = connection.execute(query).all()
         if not rows:
             return Snapshot.empty(cid)
