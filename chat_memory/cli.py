@@ -96,7 +96,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _fail(exc: BaseException, code: int) -> int:
-    message = " ".join(str(exc).split()) or type(exc).__name__
+    message = " ".join(str(exc).splitlines()) or type(exc).__name__
     print(f"chat-memory: error: {message}", file=sys.stderr)
     return code
 

@@ -1,0 +1,170 @@
+"""The ``chat-memory`` command line: the demo end to end in a subprocess (scripted stand-in,
+embedded default store under a temporary HOME), inspection commands against its SQLite file,
+``nodes --json``, the chat REPL, and exit codes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from jsonschema import Draft202012Validator
+
+from chat_memory.cli import build_parser, main
+
+EXECUTABLE = Path(sys.executable).with_name("chat-memory")
+DEMO_ID = "five facts ../*%"
+
+
+def clean_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("ANTHROPIC_API_KEY", "CHAT_MEMORY_URL")}
+    env.update(HOME=str(home), XDG_DATA_HOME=str(home / "data"))
+    return env
+
+
+def cli(*args: str, env: dict[str, str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    assert EXECUTABLE.exists(), f"{EXECUTABLE} is missing: pip install -e '.[dev]'"
+    return subprocess.run([str(EXECUTABLE), *args], env=env, input=stdin, capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """The demo, run once on the embedded default store of a fresh HOME."""
+    home = tmp_path_factory.mktemp("home")
+    env = clean_env(home)
+    result = cli("demo", "-c", DEMO_ID, env=env)
+    return result, env, home / "data" / "chat-memory" / "chat-memory.db"
+
+
+def test_demo_runs_end_to_end_with_the_scripted_stand_in(demo):
+    result, _, db = demo
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "scripted stand-in model (no ANTHROPIC_API_KEY set)" in out
+    assert f"store:        sqlite:///{db}" in out and db.exists()
+    assert "memory:       turn_window, max turns 3, conversation_search on" in out
+    assert out.count(" you: ") + out.count("] you:") >= 8
+    assert "window size:      9 events in 3 turns" in out
+    assert "archived events:  10" in out
+    assert 'search happened:  yes, conversation_search {"keyword": "first fact"}' in out
+    assert "found the first fact (Bluefin): yes" in out
+    assert "code-named Bluefin" in out.split("[8] you:")[1]
+
+
+def test_window_history_search_stats_on_the_demo_store(demo):
+    _, env, db = demo
+    url = f"sqlite:///{db}"
+    window = cli("--url", url, "window", "-c", DEMO_ID, env=env)
+    assert window.returncode == 0, window.stderr
+    assert f"Window of {DEMO_ID!r}: 9 events, 3 turns, 10 archived" in window.stdout
+    rows = [line for line in window.stdout.splitlines() if line[:5].strip().isdigit()]
+    assert len(rows) == 9 and "tool_call" in window.stdout and "conversation_search" in window.stdout
+    total = sum(int(line.split()[2]) for line in rows)
+    assert f"total tokens: {total}" in window.stdout and total > 0
+
+    history = cli("history", "--url", url, "-c", DEMO_ID, env=env)
+    assert history.returncode == 0, history.stderr
+    assert "19 events, 10 archived" in history.stdout
+    assert "archived  user         First fact: our new service is code-named Bluefin." in history.stdout
+
+    search = cli("search", "BLUEFIN", "--url", url, "-c", DEMO_ID, env=env)
+    assert search.returncode == 0, search.stderr
+    first = search.stdout.splitlines()[1]
+    assert first.startswith("- [#1 ") and "archived] First fact" in first
+    any_mode = cli("search", "teammate deadline", "--mode", "any", "--url", url, "-c", DEMO_ID, env=env)
+    assert "Fourth fact" in any_mode.stdout and "Fifth fact" in any_mode.stdout
+    past = cli("search", "bluefin", "--page", "5", "--url", url, "-c", DEMO_ID, env=env)
+    assert "past the last page" in past.stdout
+
+    stats = cli("stats", "-c", DEMO_ID, env=env)  # the embedded default store, no --url
+    assert "archived_events:       10" in stats.stdout and "turns:                 3" in stats.stdout
+    compact = cli("compact", "-c", DEMO_ID, env=env)
+    assert compact.returncode == 0 and "turn_window: nothing to compact" in compact.stdout
+
+
+def test_nodes_json_parses_and_holds_every_definition(tmp_path):
+    result = cli("nodes", "--json", env=clean_env(tmp_path))
+    assert result.returncode == 0, result.stderr
+    definitions = json.loads(result.stdout)
+    types = {d["type"] for d in definitions}
+    for name in ("chatMemory", "jdbcChatMemory", "redisChatMemory", "awsS3ChatMemory", "inMemoryChatMemory"):
+        assert {f"{name}/v1", f"{name}/v2"} <= types
+    for definition in definitions:
+        Draft202012Validator.check_schema(definition["parameters"])
+
+
+def test_chat_repl_uses_the_same_runtime(tmp_path):
+    url = f"sqlite:///{tmp_path / 'chat.db'}"
+    messages = "\n".join(["First fact: the code name is Bluefin.", "hello", "two", "three", "What was the first fact?", "/quit", "ignored"])
+    result = cli("chat", "--url", url, "-c", "repl", env=clean_env(tmp_path), stdin=messages + "\n")
+    assert result.returncode == 0, result.stderr
+    replies = [line for line in result.stdout.splitlines() if line.startswith("assistant: ")]
+    assert len(replies) == 5 and "the code name is Bluefin" in replies[-1]
+    history = cli("history", "--url", url, "-c", "repl", env=clean_env(tmp_path))
+    assert "ignored" not in history.stdout and "archived" in history.stdout
+
+
+def test_templates_list_and_show(capsys):
+    assert main(["templates"]) == 0
+    assert "compacting-chat" in capsys.readouterr().out
+    assert main(["templates", "show", "compacting-chat"]) == 0
+    assert json.loads(capsys.readouterr().out)["title"] == "Chat that compacts its history"
+
+
+def test_an_empty_memory_conversation(capsys):
+    assert main(["--url", "memory://", "window", "-c", "nobody"]) == 0
+    assert "0 events" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--url", "bogus://x", "window"], "store URL scheme ('bogus') is not supported"),
+        (["--url", "memory://", "search", "   "], "keyword ('   ') must be a non-blank string"),
+        (["--url", "memory://", "search", "x", "--page", "-1"], "page (-1) must be a whole number"),
+        (["templates", "show", "nope"], "unknown template 'nope'"),
+        (["templates", "show"], "templates show needs a template name"),
+        (["--url", "memory://", "--template", "nope", "window"], "unknown template 'nope'"),
+    ],
+)
+def test_usage_and_configuration_errors_exit_2_with_one_line(argv, message, capsys):
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("chat-memory: error: ") and message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("argv", [["frobnicate"], ["search"], ["search", "x", "--mode", "regex"], [], ["nodes", "--xml"]])
+def test_bad_arguments_exit_2(argv, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 2
+    assert "usage: chat-memory" in capsys.readouterr().err
+
+
+def test_a_failing_store_exits_1(tmp_path, capsys):
+    broken = tmp_path / "broken.db"
+    broken.write_bytes(b"this is not a database file " * 200)
+    assert main(["--url", f"sqlite:///{broken}", "history", "-c", "x"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("chat-memory: error: ") and err.count("\n") == 1
+
+
+def test_help_everywhere(capsys):
+    commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
+    assert set(commands) == {"demo", "chat", "window", "history", "search", "compact", "stats", "nodes", "templates"}
+    for argv in [["--help"], *([name, "--help"] for name in commands)]:
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 0
+        assert "usage: chat-memory" in capsys.readouterr().out
+
+
+def test_options_before_or_after_the_command(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path / 'x.db'}"
+    assert main(["--url", url, "-c", "a", "stats"]) == 0
+    before = capsys.readouterr().out
+    assert main(["stats", "--url", url, "-c", "a"]) == 0
+    assert capsys.readouterr().out == before and f"store:                 {url}" in before
