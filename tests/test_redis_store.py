@@ -1,0 +1,274 @@
+"""What only the Redis store promises: its key layout (one hash slot per conversation, any id),
+round trips per call, the archive cap and TTL, retry de-duplication, recovery from a script
+cache flush, and a clear StorageError when the server is gone. The behaviour every store shares
+is in test_conformance.py, test_properties.py and test_multiprocess.py."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from redis.crc import key_slot
+
+from chat_memory import ChatMemory, Event, MemoryConfig, open_store
+from chat_memory.backends.base import CompactionPlan
+from chat_memory.backends.redis import RedisStore
+from chat_memory.errors import ConfigurationError, StorageError
+from tests.fixtures.redis import unique_prefix
+from tests.services.redis import free_port, start_redis
+
+HOSTILE_IDS = [
+    "{", "}", "{}", "}{", "{a}", "a}{b", "*", "?", "[x]", "a:b", "chat-memory:conversations",
+    "../../etc/passwd", "%_", "'\"", "\\", "héllo 🙂", "x" * 1024, " ", "\n",
+]
+
+
+def turn(i: int) -> list[Event]:
+    return [Event.user(f"question {i}"), Event.assistant(f"answer {i}")]
+
+
+def command_log(client: Any) -> list[str]:
+    """Record the name of every command the client sends (one entry = one round trip)."""
+    sent: list[str] = []
+    original = client.execute_command
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        sent.append(str(args[0]))
+        return original(*args, **kwargs)
+
+    client.execute_command = counting
+    return sent
+
+
+@pytest.fixture(params=["fakeredis_store", pytest.param("redis_store", marks=pytest.mark.redis),
+                        pytest.param("redis_cluster_store", marks=pytest.mark.redis_cluster)])
+def store(request) -> RedisStore:
+    return request.getfixturevalue(request.param)
+
+
+@pytest.fixture(params=[pytest.param("redis_store", marks=pytest.mark.redis),
+                        pytest.param("redis_cluster_store", marks=pytest.mark.redis_cluster)])
+def real_store(request) -> RedisStore:
+    return request.getfixturevalue(request.param)
+
+
+# -- key layout ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cid", HOSTILE_IDS)
+def test_every_key_of_a_conversation_is_in_one_slot(fakeredis_store, cid):
+    keys = fakeredis_store._keys(cid)[:6]
+    assert len({key_slot(k.encode()) for k in keys}) == 1
+    assert all(k.startswith("chat-memory:{") and k.count("{") == 1 and k.count("}") == 1 for k in keys)
+
+
+def test_hostile_ids_never_share_keys(fakeredis_store):
+    keys = [tuple(fakeredis_store._keys(cid)[:6]) for cid in HOSTILE_IDS]
+    assert len(set(keys)) == len(HOSTILE_IDS)
+
+
+def test_prefix_cannot_break_the_hash_tag():
+    import fakeredis
+
+    with pytest.raises(ConfigurationError, match="prefix"):
+        RedisStore(fakeredis.FakeRedis(), prefix="app{1}:")
+
+
+@pytest.mark.redis_cluster
+def test_hostile_ids_on_a_real_cluster(redis_cluster_store):
+    store = redis_cluster_store
+    memory = ChatMemory(store, MemoryConfig(compaction_strategy="turn_window", max_turns=1))
+    for cid in HOSTILE_IDS:
+        memory.add(cid, [Event.system("pinned"), *turn(1)])
+        memory.add(cid, turn(2))  # compacts: the archive key is written too, so every key exists
+    client = store.client
+    for cid in HOSTILE_IDS:
+        slots = {client.execute_command("CLUSTER KEYSLOT", key) for key in store._keys(cid)[:6]}
+        assert len(slots) == 1, cid
+        assert [e.content for e in memory.history(cid)] == ["pinned", "question 1", "answer 1", "question 2", "answer 2"]
+        assert memory.search(cid, "QUESTION 1").total == 1
+    assert store.conversations() == sorted(HOSTILE_IDS)
+    stored = {key.decode() for node_keys in _scan_all(client, store.prefix) for key in node_keys}
+    expected = {key for cid in HOSTILE_IDS for key in store._keys(cid)[:6]} | {store._registry}
+    assert stored == expected
+    used_slots = {key_slot(store._keys(cid)[0].encode()) for cid in HOSTILE_IDS}
+    assert len(used_slots) > 1  # conversations spread over the cluster
+
+
+def _scan_all(client: Any, prefix: str) -> Iterator[list[bytes]]:
+    pattern = prefix.replace("\\", "\\\\").replace("*", "\\*").replace("?", "\\?").replace("[", "\\[") + "*"
+    for node in client.get_primaries():
+        yield list(client.get_redis_connection(node).scan_iter(match=pattern, count=1000))
+
+
+# -- round trips -----------------------------------------------------------------------------
+
+
+def test_round_trips_per_add_and_window(real_store):
+    memory = ChatMemory(real_store, MemoryConfig(compaction_strategy="turn_window", max_turns=3))
+    for i in range(4):  # warm up: the server loads each script at its first use
+        memory.add("warm", turn(i))
+    memory.search("warm", "question")
+    memory.window("warm")
+    memory.add("rt", turn(0))  # a conversation's first append on a cluster also registers it
+    sent = command_log(real_store.client)
+    memory.add("rt", turn(1))
+    assert sent == ["EVALSHA"]
+    sent.clear()
+    memory.window("rt")
+    assert sent == ["EVALSHA"]
+    sent.clear()
+    memory.stats("rt")
+    assert sent == ["EVALSHA"]
+    sent.clear()
+    memory.add("rt", turn(2))
+    memory.add("rt", turn(3))  # over the limit: append, then one compare-and-swap apply
+    assert sent == ["EVALSHA", "EVALSHA", "EVALSHA"]
+    sent.clear()
+    memory.search("rt", "question", page=0)
+    assert sent == ["EVALSHA"]
+    assert memory.stats("rt").archived_events == 2
+
+
+def test_scripts_survive_a_script_cache_flush(real_store):
+    memory = ChatMemory(real_store, MemoryConfig(compaction_strategy="turn_window", max_turns=1))
+    memory.add("flush", turn(1))
+    real_store.client.script_flush()  # what a server restart or failover does to the cache
+    memory.add("flush", turn(2))
+    assert [e.seq for e in memory.history("flush")] == [1, 2, 3, 4]
+    assert memory.stats("flush").archived_events == 2
+
+
+# -- archive cap, TTL, registry --------------------------------------------------------------
+
+
+def test_archive_cap_trims_events_and_their_search_texts(fakeredis_client):
+    store = RedisStore(fakeredis_client, max_archived_events=5)
+    memory = ChatMemory(store, MemoryConfig(compaction_strategy="turn_window", max_turns=1))
+    for i in range(10):
+        memory.add("cap", turn(i))
+    assert memory.stats("cap").archived_events == 5
+    history = memory.history("cap")
+    assert [e.seq for e in history if e.archived] == [14, 15, 16, 17, 18]
+    assert memory.search("cap", "question").total == 3  # questions 7 and 8 archived, 9 active
+    assert fakeredis_client.hlen(store._keys("cap")[4]) == 5 + 2  # texts of kept events only
+    assert store.apply("cap", CompactionPlan(store.load("cap").version, 18, max_archived_events=0))
+    assert memory.stats("cap").archived_events == 0
+    assert fakeredis_client.hlen(store._keys("cap")[4]) == 2
+
+
+def test_archive_cap_comes_from_the_url_and_none_means_unbounded():
+    import fakeredis
+
+    server = fakeredis.FakeServer()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("redis.Redis.from_url", lambda url, **kw: fakeredis.FakeRedis(server=server))
+        assert open_store("redis://h/0?max_archived_events=7").default_max_archived_events == 7
+        assert open_store("redis://h/0?max_archived_events=none").default_max_archived_events is None
+        assert open_store("redis://h/0?prefix=app:&ttl_seconds=60").ttl_seconds == 60
+        assert open_store("redis://h/0?prefix=app:").prefix == "app:"
+    with pytest.raises(ConfigurationError, match="ttl_seconds"):
+        RedisStore(fakeredis.FakeRedis(), ttl_seconds=0)
+    with pytest.raises(ConfigurationError, match="max_archived_events"):
+        RedisStore(fakeredis.FakeRedis(), max_archived_events="many")
+
+
+@pytest.mark.redis
+def test_ttl_covers_every_key_and_every_write_refreshes_it(redis_server):
+    store = RedisStore.from_url(f"{redis_server.url}?prefix={unique_prefix()}&ttl_seconds=1000")
+    try:
+        memory = ChatMemory(store, MemoryConfig(compaction_strategy="turn_window", max_turns=1))
+        memory.add("ttl", [Event.system("be brief"), *turn(1)])
+        memory.add("ttl", turn(2))
+        keys = store._keys("ttl")[:6]
+        assert all(0 < store.client.ttl(key) <= 1000 for key in keys)
+        for key in keys:
+            store.client.expire(key, 5)
+        store.record_compaction_error("ttl", "summarizer down")
+        assert all(store.client.ttl(key) > 5 for key in keys)
+        store.client.delete(*keys)  # as if the conversation expired
+        assert store.conversations() == []
+        assert not store.client.sismember(store._registry, "ttl")  # the registry was pruned
+    finally:
+        store.close()
+
+
+def test_conversations_lists_ids_and_forgets_cleared_ones(store):
+    for cid in ["b", "a{1}", "c:*"]:
+        store.append(cid, turn(0))
+    store.clear("b")
+    assert store.conversations() == ["a{1}", "c:*"]
+    store.append("b", turn(0))
+    assert store.load("b").last_seq == 2
+    assert store.conversations() == ["a{1}", "b", "c:*"]
+
+
+# -- faults ----------------------------------------------------------------------------------
+
+
+def test_a_retried_append_is_not_applied_twice(fakeredis_store):
+    store = fakeredis_store
+    args = ["dup", 0, "token-1", "a", Event.user("once").to_json(), "once"]
+    store._run("append", "dup", *args)
+    store._run("append", "dup", *args)  # the same request again, as after a lost reply
+    assert [e.content for e in store.history("dup")] == ["once"]
+
+
+def test_a_digest_collision_is_refused(fakeredis_store):
+    store = fakeredis_store
+    store.append("one", turn(0))
+    store.client.hset(store._keys("one")[0], "cid", "another id with the same digest")
+    with pytest.raises(StorageError, match="digest"):
+        store.append("one", turn(1))
+
+
+def test_closed_port_gives_a_storage_error():
+    store = open_store(f"redis://127.0.0.1:{free_port()}/0?socket_connect_timeout=0.5")
+    try:
+        with pytest.raises(StorageError, match="RedisStore.load failed"):
+            store.load("nobody-home")
+    finally:
+        store.close()
+
+
+@pytest.mark.redis
+def test_server_down_then_back(tmp_path):
+    server = start_redis(root=tmp_path / "one")
+    store = open_store(server.url)
+    try:
+        store.append("restart", turn(0))
+        server.stop()
+        with pytest.raises(StorageError) as failure:
+            store.append("restart", turn(1))
+        assert "Connection" in str(failure.value)
+        server = start_redis(root=tmp_path / "two", port=server.port)  # no persistence: starts empty
+        assert store.append("restart", turn(2)).last_seq == 2
+    finally:
+        store.close()
+        server.stop()
+
+
+def test_passed_in_clients_stay_open_and_owned_ones_close(fakeredis_client):
+    RedisStore(fakeredis_client).close()
+    assert fakeredis_client.ping()
+
+
+def test_missing_driver_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "redis", None)
+    with pytest.raises(ConfigurationError, match=r"chat-memory\[redis\]"):
+        RedisStore(object())
+
+
+# -- search ----------------------------------------------------------------------------------
+
+
+def test_search_is_literal_for_lua_pattern_characters(store):
+    texts = ["50% off", "a.b", "(x", "%a", "[set]", "ŞTRASSE and Straße", "plain"]
+    store.append("lua", [Event.user(t) for t in texts])
+    memory = ChatMemory(store)
+    for needle, expected in [("50%", 1), ("a.b", 1), ("(", 1), ("%a", 1), ("[set", 1), ("strasse", 1), (".", 1)]:
+        assert memory.search("lua", needle).total == expected, needle
+    assert memory.search("lua", "off plain", match_mode="any").total == 2
+    assert memory.search("lua", "and straße", match_mode="all").total == 1
