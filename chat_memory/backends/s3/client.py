@@ -1,0 +1,152 @@
+"""Connecting to S3: URL options, the boto3 client, the bucket, and reading botocore errors.
+
+boto3 is imported only here and only when a client has to be built, so that the rest of
+chat-memory works without the ``s3`` extra.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from ...errors import ConfigurationError
+
+#: Codes S3 answers a conditional write with when another writer got there first.
+CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
+MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
+MISSING_BUCKET_CODES = frozenset({"NoSuchBucket", "404", "NotFound"})
+
+_CLIENT_OPTIONS = {"endpoint_url", "region", "region_name", "addressing_style", "max_attempts"}
+_STORE_INT_OPTIONS = {"max_archived_events", "segment_events"}
+_STORE_BOOL_OPTIONS = {"create_bucket"}
+
+# one boto3 session for the process (loading the service model takes a tenth of a second per
+# session); a session is not thread-safe, so clients are created under a lock
+_session: Any = None
+_session_lock = threading.Lock()
+
+
+@dataclass
+class S3Location:
+    """What an ``s3://bucket/prefix?…`` URL says: where, how to connect, store options."""
+
+    bucket: str
+    prefix: str
+    client_options: dict[str, Any] = field(default_factory=dict)
+    store_options: dict[str, Any] = field(default_factory=dict)
+
+
+def _int_option(name: str, value: str, *, allow_none: bool) -> int | None:
+    if allow_none and value.lower() in ("none", "unbounded", ""):
+        return None
+    try:
+        number = int(value)
+    except ValueError:
+        raise ConfigurationError(f"S3 URL option {name} ({value!r}) must be a whole number") from None
+    if number < (0 if allow_none else 1):
+        raise ConfigurationError(f"S3 URL option {name} ({value!r}) is out of range")
+    return number
+
+
+def parse_url(url: str) -> S3Location:
+    """Split an ``s3://`` URL; unknown or malformed options raise :class:`ConfigurationError`."""
+    parts = urlsplit(url)
+    if parts.scheme.lower() != "s3":
+        raise ConfigurationError(f"S3 store URL ({url!r}) must start with s3://")
+    bucket = parts.netloc
+    if len(bucket) < 3 or "@" in bucket:
+        raise ConfigurationError(f"S3 store URL ({url!r}) must name a bucket of 3 or more characters: s3://bucket/prefix")
+    location = S3Location(bucket=bucket, prefix=unquote(parts.path))
+    for name, value in parse_qsl(parts.query, keep_blank_values=True):
+        if name in ("region", "region_name"):
+            location.client_options["region_name"] = value or None
+        elif name == "max_attempts":
+            location.client_options[name] = _int_option(name, value, allow_none=False)
+        elif name in _CLIENT_OPTIONS:
+            location.client_options[name] = value or None
+        elif name in _STORE_INT_OPTIONS:
+            location.store_options[name] = _int_option(name, value, allow_none=name == "max_archived_events")
+        elif name in _STORE_BOOL_OPTIONS:
+            if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ConfigurationError(f"S3 URL option {name} ({value!r}) must be true or false")
+            location.store_options[name] = value.lower() in ("true", "1", "yes")
+        else:
+            known = sorted(_CLIENT_OPTIONS | _STORE_INT_OPTIONS | _STORE_BOOL_OPTIONS)
+            raise ConfigurationError(f"S3 URL option ({name!r}) is not supported; known options: {', '.join(known)}")
+    return location
+
+
+def make_client(
+    endpoint_url: str | None = None,
+    region_name: str | None = None,
+    addressing_style: str | None = None,
+    max_attempts: int = 5,
+) -> Any:
+    """A boto3 S3 client. Credentials, and the region when not given, come from the usual
+    AWS chain (environment, shared config, instance role). Server errors and throttling
+    are retried by botocore's ``standard`` mode, at most ``max_attempts`` tries in all."""
+    try:
+        import boto3
+        from botocore.config import Config
+    except ModuleNotFoundError as exc:
+        raise ConfigurationError(f"the driver for s3:// is missing ({exc.name}); pip install 'chat-memory[s3]'") from exc
+    if addressing_style is None and endpoint_url:
+        # self-hosted endpoints (MinIO, moto, an IP) rarely resolve bucket subdomains
+        addressing_style = "path"
+    config = Config(
+        retries={"mode": "standard", "max_attempts": max_attempts},
+        s3={"addressing_style": addressing_style} if addressing_style else None,
+    )
+    global _session
+    with _session_lock:
+        if _session is None:
+            _session = boto3.session.Session()
+        return _session.client("s3", endpoint_url=endpoint_url, region_name=region_name, config=config)
+
+
+def error_code(exc: BaseException) -> str | None:
+    """The S3 error code of a botocore ``ClientError`` (None for anything else)."""
+    response = getattr(exc, "response", None)
+    if not isinstance(response, dict):
+        return None
+    code = response.get("Error", {}).get("Code")
+    if code:
+        return str(code)
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return str(status) if status else None
+
+
+def is_conflict(exc: BaseException) -> bool:
+    """A conditional write lost its race (412 PreconditionFailed, 409 ConditionalRequestConflict)."""
+    return error_code(exc) in CONFLICT_CODES or error_code(exc) == "412"
+
+
+def is_missing(exc: BaseException) -> bool:
+    """The object does not exist."""
+    return error_code(exc) in MISSING_CODES
+
+
+def ensure_bucket(client: Any, bucket: str) -> None:
+    """Create the bucket unless it exists; another process creating it at the same moment is fine."""
+    try:
+        client.head_bucket(Bucket=bucket)
+        return
+    except Exception as exc:
+        if error_code(exc) not in MISSING_BUCKET_CODES:
+            raise
+    region = client.meta.region_name
+    options: dict[str, Any] = {}
+    if region and region != "us-east-1":
+        options["CreateBucketConfiguration"] = {"LocationConstraint": region}
+    try:
+        client.create_bucket(Bucket=bucket, **options)
+    except Exception as exc:
+        code = error_code(exc)
+        if code == "BucketAlreadyOwnedByYou":
+            return
+        if code == "BucketAlreadyExists":
+            client.head_bucket(Bucket=bucket)  # raises (403) when somebody else owns it
+            return
+        raise

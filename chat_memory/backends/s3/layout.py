@@ -1,0 +1,249 @@
+"""How a conversation is laid out in a bucket, and the pure bookkeeping of its archive.
+
+Under the store's prefix::
+
+    heads/<conversation key>                                  one small JSON object per conversation
+    archive/<conversation key>/<generation>/<first>-<last>-v<version>-<nonce>   immutable segments
+
+The head holds everything a turn needs (version, last seq, pinned events, the summary, the
+active window, the compaction error) plus the archive manifest: the segment keys in seq
+order, with their seq ranges and counts. Segments are written once and never modified;
+compaction writes new ones and swaps the manifest in the head with a conditional write.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import uuid
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from ...errors import SchemaError
+from ...events import Event, Window
+from ...search import search_text
+from ..base import Snapshot
+
+FORMAT = 1
+#: Longer encoded ids are replaced by a hash (the head keeps the id itself); S3 keys are
+#: limited to 1024 bytes and the prefix needs room too.
+MAX_ENCODED_ID = 200
+
+
+def conversation_key(conversation_id: str) -> str:
+    """A key segment for the id that no id can forge: ``b`` + unpadded urlsafe base64 of
+    its UTF-8, or ``h`` + its SHA-256 when that would be too long. Neither contains ``/``."""
+    raw = conversation_id.encode("utf-8")
+    encoded = base64.urlsafe_b64encode(raw).decode("ascii").rstrip("=")
+    if len(encoded) <= MAX_ENCODED_ID:
+        return "b" + encoded
+    return "h" + hashlib.sha256(raw).hexdigest()
+
+
+def conversation_id_of(key: str) -> str | None:
+    """The id a key segment encodes, or None when it is a hash (read the head instead)."""
+    if not key.startswith("b"):
+        return None
+    encoded = key[1:]
+    return base64.urlsafe_b64decode(encoded + "=" * (-len(encoded) % 4)).decode("utf-8")
+
+
+def normalize_prefix(prefix: str) -> str:
+    """``a/b`` → ``a/b/``; an empty prefix stays empty."""
+    prefix = prefix.strip("/")
+    return f"{prefix}/" if prefix else ""
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Key names under one prefix."""
+
+    prefix: str
+
+    @property
+    def heads(self) -> str:
+        return f"{self.prefix}heads/"
+
+    def head(self, conversation_id: str) -> str:
+        return self.heads + conversation_key(conversation_id)
+
+    def segments(self, conversation_id: str, generation: str) -> str:
+        return f"{self.prefix}archive/{conversation_key(conversation_id)}/{generation}/"
+
+    def segment(self, conversation_id: str, generation: str, first_seq: int, last_seq: int, version: int) -> str:
+        # the nonce keeps two writers racing for the same version from ever sharing a key
+        nonce = uuid.uuid4().hex[:12]
+        return f"{self.segments(conversation_id, generation)}{first_seq:012d}-{last_seq:012d}-v{version}-{nonce}"
+
+
+@dataclass(frozen=True)
+class SegmentRef:
+    """One archive segment as the manifest lists it. The first ``skip`` events of the
+    object were dropped by the archive cap (cheaper than rewriting the object)."""
+
+    key: str
+    first_seq: int
+    last_seq: int
+    count: int
+    skip: int = 0
+
+    @property
+    def live(self) -> int:
+        """How many of the segment's events still count as archived."""
+        return self.count - self.skip
+
+
+def _dump(event: Event) -> dict[str, Any]:
+    return event.model_dump(mode="json")
+
+
+@dataclass(frozen=True)
+class Head:
+    """The per-conversation head object."""
+
+    conversation_id: str
+    generation: str
+    version: int = 0
+    last_seq: int = 0
+    pinned: tuple[Event, ...] = ()
+    summary: Event | None = None
+    active: tuple[Event, ...] = ()
+    compaction_error: str | None = None
+    segments: tuple[SegmentRef, ...] = field(default_factory=tuple)
+
+    @classmethod
+    def new(cls, conversation_id: str) -> Head:
+        """A conversation not stored yet; its generation scopes its segment keys, so that
+        segments of a cleared conversation can never mix with those of its successor."""
+        return cls(conversation_id=conversation_id, generation=uuid.uuid4().hex)
+
+    @property
+    def archived_count(self) -> int:
+        return sum(ref.live for ref in self.segments)
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(
+            conversation_id=self.conversation_id,
+            version=self.version,
+            last_seq=self.last_seq,
+            window=Window(pinned=self.pinned, summary=self.summary, active=self.active),
+            archived_count=self.archived_count,
+            compaction_error=self.compaction_error,
+        )
+
+    def evolve(self, **changes: Any) -> Head:
+        return replace(self, **changes)
+
+    def to_bytes(self) -> bytes:
+        doc = {
+            "format": FORMAT,
+            "conversation_id": self.conversation_id,
+            "generation": self.generation,
+            "version": self.version,
+            "last_seq": self.last_seq,
+            "compaction_error": self.compaction_error,
+            "pinned": [_dump(e) for e in self.pinned],
+            "summary": _dump(self.summary) if self.summary is not None else None,
+            "active": [_dump(e) for e in self.active],
+            "archive": [asdict(ref) for ref in self.segments],
+        }
+        return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Head:
+        doc = json.loads(data)
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
+            raise SchemaError(f"S3 head object has format {found!r}; this version of chat-memory reads format {FORMAT}")
+        return cls(
+            conversation_id=doc["conversation_id"],
+            generation=doc["generation"],
+            version=doc["version"],
+            last_seq=doc["last_seq"],
+            compaction_error=doc["compaction_error"],
+            pinned=tuple(Event.model_validate(e) for e in doc["pinned"]),
+            summary=Event.model_validate(doc["summary"]) if doc["summary"] is not None else None,
+            active=tuple(Event.model_validate(e) for e in doc["active"]),
+            segments=tuple(SegmentRef(**ref) for ref in doc["archive"]),
+        )
+
+
+@dataclass(frozen=True)
+class Segment:
+    """The content of an archive segment: events as stored (JSON objects, seq order) and,
+    aligned with them, the folded text search matches on (None: never searched)."""
+
+    events: list[dict[str, Any]]
+    text: list[str | None]
+
+    @classmethod
+    def of(cls, events: Sequence[Event]) -> Segment:
+        return cls(events=[_dump(e) for e in events], text=[search_text(e) for e in events])
+
+    def to_bytes(self) -> bytes:
+        doc = {"format": FORMAT, "events": self.events, "text": self.text}
+        return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+    @classmethod
+    def from_bytes(cls, data: bytes) -> Segment:
+        doc = json.loads(data)
+        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+            raise SchemaError(f"S3 archive segment has an unknown format; this version reads format {FORMAT}")
+        return cls(events=doc["events"], text=doc["text"])
+
+    def live_events(self, skip: int) -> list[Event]:
+        return [Event.model_validate(raw) for raw in self.events[skip:]]
+
+
+# -- archive bookkeeping (pure) ------------------------------------------------------------
+
+
+def merge_start(segments: Sequence[SegmentRef], batch_first_seq: int, batch_count: int, segment_events: int) -> int:
+    """Index of the first trailing segment to rewrite together with a new batch.
+
+    Trailing segments are folded in like the carries of a binary counter: while the last one
+    is no bigger than what is being written and the sum still fits in ``segment_events``.
+    Small compactions thus build segments of doubling size instead of one object each, and
+    an archived event is rewritten about log2(segment_events / batch) times, never once per
+    compaction. A trailing segment that reaches past the batch's first seq is always folded
+    in (an archived summary can be newer than events archived after it), which keeps the
+    segments in seq order without overlaps."""
+    start, size = len(segments), batch_count
+    while start > 0:
+        ref = segments[start - 1]
+        overlaps = ref.last_seq > batch_first_seq
+        fits = ref.live <= size and ref.live + size <= segment_events
+        if not (overlaps or fits):
+            break
+        size += ref.live
+        start -= 1
+    return start
+
+
+def trim(
+    kept: Sequence[SegmentRef], merged: Sequence[Event], cap: int | None
+) -> tuple[list[SegmentRef], list[SegmentRef], list[Event]]:
+    """Apply the archive cap exactly, oldest first: drop whole segments, then skip the first
+    events of the next one, then cut the front of the events about to be written.
+    Returns (segments kept, segments dropped, events to write)."""
+    excess = sum(ref.live for ref in kept) + len(merged) - cap if cap is not None else 0
+    survivors: list[SegmentRef] = []
+    dropped: list[SegmentRef] = []
+    for ref in kept:
+        if excess >= ref.live > 0 or ref.live == 0:
+            excess -= ref.live
+            dropped.append(ref)
+        elif excess > 0:
+            survivors.append(replace(ref, skip=ref.skip + excess))
+            excess = 0
+        else:
+            survivors.append(ref)
+    return survivors, dropped, list(merged[max(excess, 0) :])
+
+
+def chunks(events: Sequence[Event], size: int) -> Iterator[list[Event]]:
+    """Consecutive slices of at most ``size`` events."""
+    for start in range(0, len(events), size):
+        yield list(events[start : start + size])

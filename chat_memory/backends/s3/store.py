@@ -1,0 +1,404 @@
+"""S3Store: one head object per conversation, updated only by conditional writes, plus
+immutable archive segments. See :mod:`.layout` for the keys and objects."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from ...errors import ChatMemoryError, ConcurrencyError, StorageError
+from ...events import Event
+from ...search import SearchQuery, SearchResult, search_text
+from ..base import Backoff, CompactionPlan, Snapshot, Store, archived_copy, check_conversation_id, number, split_appended
+from .client import ensure_bucket, is_conflict, is_missing, make_client, parse_url
+from .layout import Head, Layout, Segment, SegmentRef, chunks, conversation_id_of, merge_start, normalize_prefix, trim
+
+#: How often a read re-reads the head when a segment it lists was removed meanwhile by a
+#: concurrent compaction.
+READ_ATTEMPTS = 8
+
+
+class _SegmentGone(Exception):
+    """A segment listed by the head we read no longer exists (a newer head dropped it)."""
+
+
+class _HeadCache:
+    """The heads this store last read or wrote, with their ETags, for the first attempt of a
+    write: a writer working alone then skips the GET before its conditional PUT (the ETag
+    still guards it; a stale entry only costs one 412 and a fresh read)."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._entries: OrderedDict[str, tuple[Head, str]] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, cid: str) -> tuple[Head, str] | None:
+        with self._lock:
+            return self._entries.get(cid)
+
+    def put(self, cid: str, head: Head, etag: str | None) -> None:
+        with self._lock:
+            if etag is None:
+                self._entries.pop(cid, None)
+                return
+            self._entries[cid] = (head, etag)
+            self._entries.move_to_end(cid)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+
+    def drop(self, cid: str) -> None:
+        with self._lock:
+            self._entries.pop(cid, None)
+
+
+class S3Store(Store):
+    """Conversations in an S3 bucket (or anything that speaks S3 conditional writes).
+
+    Every change to a conversation is one ``PutObject`` of its head with ``If-Match`` (or
+    ``If-None-Match: *`` when creating it); a writer that loses the race re-reads, re-applies
+    and retries with jittered backoff. Appends write only the head, whose size depends on
+    the window; compaction also writes immutable archive segments (keyed by version and a
+    nonce, so a segment of a lost race is never referenced and is deleted best-effort).
+
+    Pass a ready boto3 ``client`` (left open by :meth:`close`), or use :meth:`from_url`.
+    """
+
+    schemes = ("s3",)
+    default_max_archived_events = 1000
+
+    def __init__(
+        self,
+        client: Any,
+        bucket: str,
+        prefix: str = "",
+        *,
+        max_archived_events: int | None = 1000,
+        segment_events: int = 128,
+        create_bucket: bool = True,
+        owns_client: bool = False,
+        backoff: Backoff | None = None,
+        read_workers: int = 8,
+    ) -> None:
+        if segment_events < 1:
+            raise ValueError(f"segment_events ({segment_events}) must be at least 1")
+        self.client = client
+        self.bucket = bucket
+        self.layout = Layout(normalize_prefix(prefix))
+        self.default_max_archived_events = max_archived_events
+        self.segment_events = segment_events
+        self.backoff = backoff or Backoff(attempts=60, base=0.004, cap=0.3)
+        self.read_workers = read_workers
+        self._owns_client = owns_client
+        self._heads = _HeadCache()
+        if create_bucket:
+            try:
+                ensure_bucket(client, bucket)
+            except ChatMemoryError:
+                raise
+            except Exception as exc:
+                raise StorageError(f"S3Store could not reach or create bucket {bucket!r}: {exc}") from exc
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> S3Store:
+        """``s3://bucket/prefix?endpoint_url=…&region=…&max_archived_events=…&segment_events=…``.
+        Keyword options override the URL's; ``client=`` uses a ready boto3 client instead of
+        building one (and leaves it open on :meth:`close`)."""
+        location = parse_url(url)
+        client_options = {**location.client_options}
+        store_options = {**location.store_options}
+        for name, value in options.items():
+            if name in ("endpoint_url", "region_name", "addressing_style", "max_attempts"):
+                client_options[name] = value
+            else:
+                store_options[name] = value
+        client = store_options.pop("client", None)
+        if client is None:
+            return cls(make_client(**client_options), location.bucket, location.prefix, owns_client=True, **store_options)
+        return cls(client, location.bucket, location.prefix, **store_options)
+
+    # -- objects --------------------------------------------------------------------------
+
+    def _read_head(self, cid: str) -> tuple[Head, str] | None:
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=self.layout.head(cid))
+        except Exception as exc:
+            if is_missing(exc):
+                self._heads.drop(cid)
+                return None
+            raise
+        head = Head.from_bytes(response["Body"].read())
+        if head.conversation_id != cid:
+            raise StorageError(f"S3 head {self.layout.head(cid)!r} belongs to {head.conversation_id!r}, not {cid!r}")
+        self._heads.put(cid, head, response.get("ETag"))
+        return head, response["ETag"]
+
+    def _write_head(self, head: Head, etag: str | None) -> bool:
+        """Conditionally store the head; False when another writer changed (or deleted) it."""
+        condition = {"IfMatch": etag} if etag is not None else {"IfNoneMatch": "*"}
+        cid = head.conversation_id
+        try:
+            response = self.client.put_object(
+                Bucket=self.bucket,
+                Key=self.layout.head(cid),
+                Body=head.to_bytes(),
+                ContentType="application/json",
+                **condition,
+            )
+        except Exception as exc:
+            self._heads.drop(cid)
+            # If-Match on a head deleted meanwhile (clear) answers 404
+            if is_conflict(exc) or (etag is not None and is_missing(exc)):
+                return False
+            raise
+        self._heads.put(cid, head, response.get("ETag"))
+        return True
+
+    def _read_segment(self, ref: SegmentRef) -> Segment:
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=ref.key)
+        except Exception as exc:
+            if is_missing(exc):
+                raise _SegmentGone(ref.key) from exc
+            raise
+        return Segment.from_bytes(response["Body"].read())
+
+    def _read_segments(self, refs: Sequence[SegmentRef]) -> list[Segment]:
+        if len(refs) <= 1 or self.read_workers <= 1:
+            return [self._read_segment(ref) for ref in refs]
+        with ThreadPoolExecutor(max_workers=min(self.read_workers, len(refs))) as pool:
+            return list(pool.map(self._read_segment, refs))
+
+    def _write_segment(self, key: str, events: Sequence[Event]) -> None:
+        self.client.put_object(
+            Bucket=self.bucket,
+            Key=key,
+            Body=Segment.of(events).to_bytes(),
+            ContentType="application/json",
+            IfNoneMatch="*",
+        )
+
+    def _delete_quietly(self, keys: Sequence[str]) -> None:
+        """Best-effort removal of segments nothing references any more."""
+        for start in range(0, len(keys), 1000):
+            batch = keys[start : start + 1000]
+            try:
+                self.client.delete_objects(
+                    Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True}
+                )
+            except Exception:  # noqa: BLE001 - an orphaned segment is harmless
+                pass
+
+    def _with_archive(self, cid: str, read: Callable[[Head, list[Segment]], Any]) -> Any:
+        """Read the head and its segments, consistently: when a concurrent compaction removed
+        a segment in between, read the newer head and try again."""
+        for _ in range(READ_ATTEMPTS):
+            found = self._read_head(cid)
+            if found is None:
+                return read(Head.new(cid), [])
+            head = found[0]
+            try:
+                segments = self._read_segments(head.segments)
+            except _SegmentGone:
+                continue
+            return read(head, segments)
+        raise ConcurrencyError(f"reading the archive of conversation {cid!r} kept racing with compactions")
+
+    # -- the Store protocol ---------------------------------------------------------------
+
+    def load(self, conversation_id: str) -> Snapshot:
+        cid = check_conversation_id(conversation_id)
+        found = self._read_head(cid)
+        return found[0].snapshot() if found else Snapshot.empty(cid)
+
+    def append(self, conversation_id: str, events: Sequence[Event]) -> Snapshot:
+        cid = check_conversation_id(conversation_id)
+        events = list(events)
+        tries = itertools.count()
+
+        def attempt() -> Snapshot | None:
+            found = (self._heads.get(cid) if next(tries) == 0 else None) or self._read_head(cid)
+            head, etag = found if found else (Head.new(cid), None)
+            pinned, real = split_appended(number(events, head.last_seq))
+            updated = head.evolve(
+                version=head.version + 1,
+                last_seq=head.last_seq + len(events),
+                pinned=(*head.pinned, *pinned),
+                active=(*head.active, *real),
+            )
+            return updated.snapshot() if self._write_head(updated, etag) else None
+
+        return self.backoff.run(attempt, what=f"append to conversation {cid!r}")
+
+    def apply(self, conversation_id: str, plan: CompactionPlan) -> bool:
+        cid = check_conversation_id(conversation_id)
+        cap = plan.max_archived_events if plan.max_archived_events is not None else self.default_max_archived_events
+
+        tries = itertools.count()
+
+        def attempt() -> bool | None:
+            found = self._heads.get(cid) if next(tries) == 0 else None
+            if found is None or found[0].version != plan.expected_version:
+                found = self._read_head(cid)  # only a fresh read may refuse the plan
+            if found is None or found[0].version != plan.expected_version:
+                return False
+            head, etag = found
+            moving = [e for e in head.active if (e.seq or 0) <= plan.archive_through_seq]
+            batch = [archived_copy(e) for e in moving]
+            last_seq, summary = head.last_seq, head.summary
+            if plan.summary is not None:
+                if summary is not None:
+                    batch.append(archived_copy(summary))
+                last_seq += 1
+                summary = plan.summary.model_copy(update={"seq": last_seq, "archived": False})
+            version = head.version + 1
+            written: list[str] = []
+            try:
+                segments, retired = self._rearchive(head, batch, cap, version, written)
+                updated = head.evolve(
+                    version=version,
+                    last_seq=last_seq,
+                    summary=summary,
+                    active=tuple(e for e in head.active if (e.seq or 0) > plan.archive_through_seq),
+                    segments=tuple(segments),
+                    compaction_error=None,
+                )
+                won = self._write_head(updated, etag)
+            except _SegmentGone:
+                # a segment to rewrite was retired by a compaction that won meanwhile
+                self._delete_quietly(written)
+                return None
+            except BaseException:
+                self._delete_quietly(written)
+                raise
+            if not won:
+                self._delete_quietly(written)
+                return None
+            self._delete_quietly([ref.key for ref in retired])
+            return True
+
+        return bool(self.backoff.run(attempt, what=f"compaction of conversation {cid!r}"))
+
+    def _rearchive(
+        self, head: Head, batch: list[Event], cap: int | None, version: int, written: list[str]
+    ) -> tuple[list[SegmentRef], list[SegmentRef]]:
+        """The new manifest after archiving ``batch`` and applying the cap, writing the new
+        segments (their keys are added to ``written`` as they are stored). Returns (manifest,
+        segments no longer referenced)."""
+        kept: list[SegmentRef] = list(head.segments)
+        merged: list[Event] = []
+        retired: list[SegmentRef] = []
+        if batch:
+            batch.sort(key=lambda e: e.seq or 0)
+            start = merge_start(kept, batch[0].seq or 0, len(batch), self.segment_events)
+            rewritten = kept[start:]
+            kept = kept[:start]
+            old = self._read_segments(rewritten)
+            merged = sorted(
+                [e for ref, seg in zip(rewritten, old) for e in seg.live_events(ref.skip)] + batch,
+                key=lambda e: e.seq or 0,
+            )
+            retired += rewritten
+        kept, dropped, merged = trim(kept, merged, cap)
+        retired += dropped
+        for chunk in chunks(merged, self.segment_events):
+            first, last = chunk[0].seq or 0, chunk[-1].seq or 0
+            key = self.layout.segment(head.conversation_id, head.generation, first, last, version)
+            self._write_segment(key, chunk)
+            written.append(key)
+            kept.append(SegmentRef(key=key, first_seq=first, last_seq=last, count=len(chunk)))
+        return kept, retired
+
+    def history(self, conversation_id: str) -> list[Event]:
+        cid = check_conversation_id(conversation_id)
+
+        def read(head: Head, segments: list[Segment]) -> list[Event]:
+            everything = [e for ref, seg in zip(head.segments, segments) for e in seg.live_events(ref.skip)]
+            everything += [*head.pinned, *head.active]
+            if head.summary is not None:
+                everything.append(head.summary)
+            return sorted(everything, key=lambda e: e.seq or 0)
+
+        return self._with_archive(cid, read)
+
+    def search(self, conversation_id: str, query: SearchQuery) -> SearchResult:
+        """Matches on the folded text stored beside each archived event, so only the events of
+        the requested page are parsed; every segment is fetched (concurrently) because the
+        total must be exact."""
+        cid = check_conversation_id(conversation_id)
+
+        def read(head: Head, segments: list[Segment]) -> SearchResult:
+            matched: list[tuple[int, Callable[[], Event]]] = []
+            for ref, seg in zip(head.segments, segments):
+                for raw, text in zip(seg.events[ref.skip :], seg.text[ref.skip :]):
+                    if text is not None and query.matches(text):
+                        matched.append((raw["seq"], lambda raw=raw: Event.model_validate(raw)))
+            for event in head.active:
+                text = search_text(event)
+                if text is not None and query.matches(text):
+                    matched.append((event.seq or 0, lambda event=event: event))
+            matched.sort(key=lambda item: item[0])
+            page = matched[query.offset : query.offset + query.limit]
+            return SearchResult(events=[load() for _, load in page], total=len(matched))
+
+        return self._with_archive(cid, read)
+
+    def record_compaction_error(self, conversation_id: str, message: str | None) -> None:
+        cid = check_conversation_id(conversation_id)
+
+        def attempt() -> bool | None:
+            found = self._read_head(cid)
+            if found is None or found[0].compaction_error == message:
+                return True
+            head, etag = found
+            return True if self._write_head(head.evolve(compaction_error=message), etag) else None
+
+        self.backoff.run(attempt, what=f"recording the compaction error of conversation {cid!r}")
+
+    def clear(self, conversation_id: str) -> None:
+        cid = check_conversation_id(conversation_id)
+        found = self._read_head(cid)
+        if found is None:
+            return
+        self.client.delete_object(Bucket=self.bucket, Key=self.layout.head(cid))
+        self._heads.drop(cid)
+        # only this generation's segments: a conversation re-created meanwhile has its own
+        prefix = self.layout.segments(cid, found[0].generation)
+        keys = [
+            obj["Key"]
+            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
+            for obj in page.get("Contents", [])
+        ]
+        self._delete_quietly(keys)
+
+    def conversations(self) -> list[str]:
+        ids: list[str] = []
+        heads = self.layout.heads
+        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=heads):
+            for obj in page.get("Contents", []):
+                name = obj["Key"][len(heads) :]
+                cid = conversation_id_of(name)
+                if cid is None:
+                    found = self._read_head_by_key(obj["Key"])
+                    if found is None:
+                        continue
+                    cid = found
+                ids.append(cid)
+        return sorted(ids)
+
+    def _read_head_by_key(self, key: str) -> str | None:
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=key)
+        except Exception as exc:
+            if is_missing(exc):
+                return None
+            raise
+        return Head.from_bytes(response["Body"].read()).conversation_id
+
+    def close(self) -> None:
+        """Close the boto3 client if this store built it."""
+        if self._owns_client:
+            self.client.close()
