@@ -120,7 +120,9 @@ class Agent:
         """Run one tool call; failures go back to the model as an error result, not up the stack."""
         tool = tools.get(use.name)
         if tool is None:
-            return ToolOutput(f"Error: there is no tool named {use.name!r}; available: {', '.join(tools) or 'none'}.", True)
+            return ToolOutput(
+                f"Error: there is no tool named {use.name!r}; available: {', '.join(tools) or 'none'}.", True
+            )
         try:
             return tool.run(use.input)
         except ChatMemoryError as exc:

@@ -44,15 +44,21 @@ def build_parser() -> argparse.ArgumentParser:
         return commands.add_parser(name, help=help_text, description=help_text, parents=[common])
 
     demo = command("demo", "run the five-facts conversation of the compacting-chat template end to end")
-    demo.add_argument("--scripted", action="store_true", help="use the scripted stand-in model even with ANTHROPIC_API_KEY")
+    demo.add_argument(
+        "--scripted", action="store_true", help="use the scripted stand-in model even with ANTHROPIC_API_KEY"
+    )
     chat = command("chat", "chat interactively through the template (/quit or end of input to stop)")
-    chat.add_argument("--scripted", action="store_true", help="use the scripted stand-in model even with ANTHROPIC_API_KEY")
+    chat.add_argument(
+        "--scripted", action="store_true", help="use the scripted stand-in model even with ANTHROPIC_API_KEY"
+    )
     command("window", "show what the model sees now, with tokens per event")
     command("history", "show every stored event, archived ones included")
     search = command("search", "search the whole conversation (literal, case-insensitive)")
     search.add_argument("keyword", help="text to look for")
     search.add_argument("--page", type=int, default=0, help="page number, 0 first (default 0)")
-    search.add_argument("--mode", choices=["phrase", "all", "any"], default="phrase", help="match mode (default phrase)")
+    search.add_argument(
+        "--mode", choices=["phrase", "all", "any"], default="phrase", help="match mode (default phrase)"
+    )
     command("compact", "run the template's compaction strategy now")
     command("stats", "counts of the window and the archive")
     nodes = command("nodes", "list the node definitions")
@@ -160,7 +166,8 @@ def _compact(args: argparse.Namespace) -> int:
         memory, cid = session.memory(), session.conversation
         result = memory.compact(cid)
         if result.compacted:
-            print(f"{result.strategy}: archived {result.archived_events} events (through seq {result.archived_through_seq})")
+            through = result.archived_through_seq
+            print(f"{result.strategy}: archived {result.archived_events} events (through seq {through})")
         else:
             print(f"{result.strategy}: nothing to compact")
     return 0

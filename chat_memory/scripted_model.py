@@ -95,7 +95,9 @@ def _answer_from(result: dict[str, Any], body: dict[str, Any]) -> str:
     hit = _HIT.search(content)
     if not hit:
         return f"I searched the conversation history for “{keyword}” and found nothing I said or you said about it."
-    return f"I searched the conversation history (conversation_search, “{keyword}”) and found it: you said “{hit['text']}”"
+    return (
+        f"I searched the conversation history (conversation_search, “{keyword}”) and found it: you said “{hit['text']}”"
+    )
 
 
 def _last_keyword(body: dict[str, Any]) -> str:

@@ -98,7 +98,17 @@ def test_nodes_json_parses_and_holds_every_definition(tmp_path):
 
 def test_chat_repl_uses_the_same_runtime(tmp_path):
     url = f"sqlite:///{tmp_path / 'chat.db'}"
-    messages = "\n".join(["First fact: the code name is Bluefin.", "hello", "two", "three", "What was the first fact?", "/quit", "ignored"])
+    messages = "\n".join(
+        [
+            "First fact: the code name is Bluefin.",
+            "hello",
+            "two",
+            "three",
+            "What was the first fact?",
+            "/quit",
+            "ignored",
+        ]
+    )
     result = cli("chat", "--url", url, "-c", "repl", env=clean_env(tmp_path), stdin=messages + "\n")
     assert result.returncode == 0, result.stderr
     replies = [line for line in result.stdout.splitlines() if line.startswith("assistant: ")]
@@ -136,7 +146,9 @@ def test_usage_and_configuration_errors_exit_2_with_one_line(argv, message, caps
     assert err.startswith("chat-memory: error: ") and message in err and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("argv", [["frobnicate"], ["search"], ["search", "x", "--mode", "regex"], [], ["nodes", "--xml"]])
+@pytest.mark.parametrize(
+    "argv", [["frobnicate"], ["search"], ["search", "x", "--mode", "regex"], [], ["nodes", "--xml"]]
+)
 def test_bad_arguments_exit_2(argv, capsys):
     with pytest.raises(SystemExit) as exit_info:
         main(argv)

@@ -31,7 +31,12 @@ SHOWN = {
     "turn_window": {"maxTurns", "maxArchivedEvents"},
     "token_count": {"maxTokens", "maxArchivedEvents"},
     "recursive_summarization": {
-        "maxEvents", "maxEventsToKeep", "overlapSize", "summaryPlacement", "summarizerModel", "maxArchivedEvents",
+        "maxEvents",
+        "maxEventsToKeep",
+        "overlapSize",
+        "summaryPlacement",
+        "summarizerModel",
+        "maxArchivedEvents",
     },
 }
 ALWAYS = {"conversationId", "compactionStrategy", "enableConversationSearchTool"}
@@ -103,8 +108,15 @@ GOOD = [
     {"conversationId": "c1"},
     {"conversationId": "c1", "compactionStrategy": "turn_window", "maxTurns": 3, "enableConversationSearchTool": True},
     {"conversationId": "c1", "compactionStrategy": "token_count", "maxTokens": 2000, "maxArchivedEvents": None},
-    {"conversationId": "c1", "compactionStrategy": "recursive_summarization", "maxEvents": 30,
-     "maxEventsToKeep": 10, "overlapSize": 2, "summaryPlacement": "system_prompt", "summarizerModel": "claude-haiku-5-5"},
+    {
+        "conversationId": "c1",
+        "compactionStrategy": "recursive_summarization",
+        "maxEvents": 30,
+        "maxEventsToKeep": 10,
+        "overlapSize": 2,
+        "summaryPlacement": "system_prompt",
+        "summarizerModel": "claude-haiku-5-5",
+    },
 ]
 BAD_FOR_SCHEMA = [
     {},
@@ -153,8 +165,12 @@ def test_same_validation_messages_as_memory_config(params):
     with pytest.raises(ConfigurationError) as direct:
         MemoryConfig(**params)
     for definition in V2_MEMORY:
-        node_params = {"conversationId": "c1", "summarizerModel": "claude-haiku-5-5", **params,
-                       **REQUIRED_CONNECTION[definition.name]}
+        node_params = {
+            "conversationId": "c1",
+            "summarizerModel": "claude-haiku-5-5",
+            **params,
+            **REQUIRED_CONNECTION[definition.name],
+        }
         with pytest.raises(ConfigurationError) as from_node:
             memory_settings(definition, node_params)
         assert str(from_node.value) == str(direct.value)
@@ -169,13 +185,19 @@ def test_messages_name_the_field_label_and_the_value():
     ):
         memory_settings(
             REGISTRY.get("chatMemory/v2"),
-            {"conversationId": "c", "compactionStrategy": "recursive_summarization", "maxEvents": 5,
-             "summarizerModel": "claude-haiku-5-5"},
+            {
+                "conversationId": "c",
+                "compactionStrategy": "recursive_summarization",
+                "maxEvents": 5,
+                "summarizerModel": "claude-haiku-5-5",
+            },
         )
     with pytest.raises(ConfigurationError, match=r"Database URL \(None\) is required"):
         memory_settings(REGISTRY.get("jdbcChatMemory/v2"), {"conversationId": "c"})
     with pytest.raises(ConfigurationError, match=r"Time to live \(seconds\) \(0\) must be at least 1"):
-        memory_settings(REGISTRY.get("redisChatMemory/v2"), {"conversationId": "c", "url": "redis://x", "ttlSeconds": 0})
+        memory_settings(
+            REGISTRY.get("redisChatMemory/v2"), {"conversationId": "c", "url": "redis://x", "ttlSeconds": 0}
+        )
     with pytest.raises(ConfigurationError, match=r"Unknown field 'maxTurnz' \(value 3\)"):
         memory_settings(REGISTRY.get("chatMemory/v2"), {"conversationId": "c", "maxTurnz": 3})
 
@@ -185,7 +207,9 @@ def test_recursive_summarization_without_a_summarizer_model_is_refused():
     params = {"conversationId": "c", "compactionStrategy": "recursive_summarization"}
     with pytest.raises(ConfigurationError, match=r"Summarizer model \(None\) must be configured"):
         memory_settings(definition, params)
-    assert memory_settings(definition, params, summarizer_model="claude-haiku-5-5").summarizer_model == "claude-haiku-5-5"
+    assert (
+        memory_settings(definition, params, summarizer_model="claude-haiku-5-5").summarizer_model == "claude-haiku-5-5"
+    )
     assert memory_settings(definition, {**params, "summarizerModel": "m"}).summarizer_model == "m"
 
 
@@ -203,12 +227,18 @@ def test_connection_fields_become_store_targets():
 
     assert target("chatMemory", {}) == (None, {})
     assert target("inMemoryChatMemory", {}) == ("memory://", {})
-    assert target("jdbcChatMemory", {"url": "sqlite:///x.db", "tablePrefix": "t_"}) == ("sqlite:///x.db", {"table_prefix": "t_"})
+    assert target("jdbcChatMemory", {"url": "sqlite:///x.db", "tablePrefix": "t_"}) == (
+        "sqlite:///x.db",
+        {"table_prefix": "t_"},
+    )
     assert target("redisChatMemory", {"url": "redis://h:1/0", "ttlSeconds": 60}) == (
-        "redis://h:1/0", {"key_prefix": "chat-memory", "ttl_seconds": 60})
-    assert target("awsS3ChatMemory", {"bucket": "bkt", "prefix": "a b/", "region": "us-east-1",
-                                      "endpointUrl": "http://127.0.0.1:9000"}) == (
-        "s3://bkt/a%20b?region=us-east-1&endpoint_url=http%3A%2F%2F127.0.0.1%3A9000", {})
+        "redis://h:1/0",
+        {"key_prefix": "chat-memory", "ttl_seconds": 60},
+    )
+    assert target(
+        "awsS3ChatMemory",
+        {"bucket": "bkt", "prefix": "a b/", "region": "us-east-1", "endpointUrl": "http://127.0.0.1:9000"},
+    ) == ("s3://bkt/a%20b?region=us-east-1&endpoint_url=http%3A%2F%2F127.0.0.1%3A9000", {})
 
 
 def test_registry_keeps_version_1_and_version_2():
@@ -227,7 +257,9 @@ def test_registry_keeps_version_1_and_version_2():
 
 
 def test_registry_errors_name_what_exists():
-    with pytest.raises(ConfigurationError, match=r"chatMemory/v3.*has no version 3; registered: chatMemory/v1, chatMemory/v2"):
+    with pytest.raises(
+        ConfigurationError, match=r"chatMemory/v3.*has no version 3; registered: chatMemory/v1, chatMemory/v2"
+    ):
         REGISTRY.get("chatMemory/v3")
     with pytest.raises(ConfigurationError, match=r"unknown node type 'postgresChatMemory/v2'"):
         REGISTRY.get("postgresChatMemory/v2")

@@ -60,7 +60,9 @@ class FakeClaude:
         return httpx2.Response(200, json=answer)
 
     def client(self):
-        return anthropic.Anthropic(api_key="test", max_retries=0, http_client=httpx2.Client(transport=httpx2.MockTransport(self)))
+        return anthropic.Anthropic(
+            api_key="test", max_retries=0, http_client=httpx2.Client(transport=httpx2.MockTransport(self))
+        )
 
 
 def last_blocks(body):
@@ -119,7 +121,11 @@ def test_template_run_with_a_tool_use_round_trip_through_the_sdk():
     # The turn's events, stored in order: user, then the model's step, then the answer.
     turn = memory.history(CID)[-5:]
     assert [e.type for e in turn] == [
-        EventType.USER, EventType.ASSISTANT, EventType.TOOL_CALL, EventType.TOOL_RESULT, EventType.ASSISTANT,
+        EventType.USER,
+        EventType.ASSISTANT,
+        EventType.TOOL_CALL,
+        EventType.TOOL_RESULT,
+        EventType.ASSISTANT,
     ]
     assert [e.seq for e in turn] == list(range(turn[0].seq, turn[0].seq + 5))
     assert turn[2].tool_call_id == turn[3].tool_call_id == "toolu_q1"

@@ -166,7 +166,9 @@ def test_import_errors_are_configuration_errors_and_json_text_is_accepted():
 
 def test_a_workflow_with_a_version_1_memory_node_still_loads():
     def to_v1(data):
-        _memory(data).update(type="chatMemory/v1", parameters={"conversationId": "${chat_1.conversationId}", "maxMessages": 6})
+        _memory(data).update(
+            type="chatMemory/v1", parameters={"conversationId": "${chat_1.conversationId}", "maxMessages": 6}
+        )
         _memory(data).pop("clusterElements")
 
     workflow = import_workflow(_broken(to_v1))

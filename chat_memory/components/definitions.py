@@ -122,9 +122,8 @@ class NodeDefinition:
         unknown = [name for name in parameters if name not in known]
         if unknown:
             name = unknown[0]
-            raise ConfigurationError(
-                f"Unknown field {name!r} (value {parameters[name]!r}); {self.type} has: {', '.join(sorted(known)) or 'no fields'}"
-            )
+            fields = ", ".join(sorted(known)) or "no fields"
+            raise ConfigurationError(f"Unknown field {name!r} (value {parameters[name]!r}); {self.type} has: {fields}")
         for spec in self.fields:
             value = parameters.get(spec.name)
             if spec.required and value is None:
@@ -137,7 +136,11 @@ class NodeDefinition:
 # -- the nodes ------------------------------------------------------------------------------
 
 _STORAGE_TITLES = {
-    "builtin": ("chatMemory", "Chat Memory", "Chat memory in the built-in store (follows CHAT_MEMORY_URL; an embedded SQLite file by default)."),
+    "builtin": (
+        "chatMemory",
+        "Chat Memory",
+        "Chat memory in the built-in store (follows CHAT_MEMORY_URL; an embedded SQLite file by default).",
+    ),
     "jdbc": ("jdbcChatMemory", "JDBC Chat Memory", "Chat memory in a SQL database (PostgreSQL, MySQL, SQLite…)."),
     "redis": ("redisChatMemory", "Redis Chat Memory", "Chat memory in Redis or Redis Cluster."),
     "s3": ("awsS3ChatMemory", "AWS S3 Chat Memory", "Chat memory in an S3 bucket (conditional writes)."),
@@ -168,18 +171,45 @@ def _field(name: str, schema: dict[str, Any], label: str, description: str, orde
 
 
 NEW_CHAT_REQUEST = NodeDefinition(
-    "newChatRequest", 1, "New Chat Request", "Starts a run for every chat message.", TRIGGER,
+    "newChatRequest",
+    1,
+    "New Chat Request",
+    "Starts a run for every chat message.",
+    TRIGGER,
     outputs=("conversationId", "message"),
 )
 AI_AGENT = NodeDefinition(
-    "aiAgent", 1, "AI Agent", "Answers with a model, remembers with a Chat Memory sub-node, and uses its tools.", AGENT,
+    "aiAgent",
+    1,
+    "AI Agent",
+    "Answers with a model, remembers with a Chat Memory sub-node, and uses its tools.",
+    AGENT,
     fields=(
-        _field("userMessage", {"type": "string", "minLength": 1}, "User message", "What the user said.", 1,
-               required=True, placeholder="${chat_1.message}"),
-        _field("systemPrompt", {"type": "string", "default": ""}, "System prompt", "Instructions for the model.", 2,
-               extra_ui={"multiline": True}),
-        _field("maxToolRounds", {"type": "integer", "minimum": 1, "default": 8}, "Max tool rounds",
-               "Most model calls that may use tools in one turn.", 3, advanced=True),
+        _field(
+            "userMessage",
+            {"type": "string", "minLength": 1},
+            "User message",
+            "What the user said.",
+            1,
+            required=True,
+            placeholder="${chat_1.message}",
+        ),
+        _field(
+            "systemPrompt",
+            {"type": "string", "default": ""},
+            "System prompt",
+            "Instructions for the model.",
+            2,
+            extra_ui={"multiline": True},
+        ),
+        _field(
+            "maxToolRounds",
+            {"type": "integer", "minimum": 1, "default": 8},
+            "Max tool rounds",
+            "Most model calls that may use tools in one turn.",
+            3,
+            advanced=True,
+        ),
     ),
     outputs=("text", "conversationId", "toolCalls"),
     cluster_elements=(
@@ -188,18 +218,39 @@ AI_AGENT = NodeDefinition(
     ),
 )
 ANTHROPIC_CHAT_MODEL = NodeDefinition(
-    "anthropicChatModel", 1, "Anthropic Claude", "A Claude model through the Anthropic Messages API.", MODEL,
+    "anthropicChatModel",
+    1,
+    "Anthropic Claude",
+    "A Claude model through the Anthropic Messages API.",
+    MODEL,
     fields=(
-        _field("model", {"type": "string", "minLength": 1, "default": "claude-sonnet-5-5"}, "Model",
-               "Model name.", 1, required=True),
-        _field("maxTokens", {"type": "integer", "minimum": 1, "default": 1024}, "Max tokens",
-               "Most tokens in one answer.", 2, advanced=True),
+        _field(
+            "model",
+            {"type": "string", "minLength": 1, "default": "claude-sonnet-5-5"},
+            "Model",
+            "Model name.",
+            1,
+            required=True,
+        ),
+        _field(
+            "maxTokens",
+            {"type": "integer", "minimum": 1, "default": 1024},
+            "Max tokens",
+            "Most tokens in one answer.",
+            2,
+            advanced=True,
+        ),
     ),
 )
 REPLY = NodeDefinition(
-    "reply", 1, "Reply", "Sends the answer back to the chat.", ACTION,
-    fields=(_field("text", {"type": "string"}, "Text", "What to send.", 1, required=True,
-                   placeholder="${agent_1.text}"),),
+    "reply",
+    1,
+    "Reply",
+    "Sends the answer back to the chat.",
+    ACTION,
+    fields=(
+        _field("text", {"type": "string"}, "Text", "What to send.", 1, required=True, placeholder="${agent_1.text}"),
+    ),
     outputs=("text",),
 )
 

@@ -60,7 +60,9 @@ class FieldSpec:
         if value is None and "null" in types:
             return None
         if "enum" in self.schema and value not in self.schema["enum"]:
-            raise ConfigurationError(f"{self.label} ({value!r}) must be one of {', '.join(map(repr, self.schema['enum']))}")
+            raise ConfigurationError(
+                f"{self.label} ({value!r}) must be one of {', '.join(map(repr, self.schema['enum']))}"
+            )
         if "integer" in types:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigurationError(f"{self.label} ({value!r}) must be a whole number")
@@ -81,9 +83,7 @@ def _default(name: str) -> Any:
     return value.value if isinstance(value, Enum) else value
 
 
-def _memory_field(
-    name: str, schema: dict[str, Any], description: str, order: int, **hints: Any
-) -> FieldSpec:
+def _memory_field(name: str, schema: dict[str, Any], description: str, order: int, **hints: Any) -> FieldSpec:
     alias = MemoryConfig.model_fields[name].alias or name
     default = _default(name)
     if default is not None:
@@ -112,13 +112,15 @@ MEMORY_FIELDS: tuple[FieldSpec, ...] = (
         {"type": "string", "enum": [s.value for s in CompactionStrategy]},
         "How the window the model sees is kept bounded; compacted turns are archived, never deleted.",
         1,
-        extra_ui={"options": {
-            "none": "None (keep everything in view)",
-            "sliding_window": "Sliding window (by events)",
-            "turn_window": "Turn window (by turns)",
-            "token_count": "Token count",
-            "recursive_summarization": "Recursive summarization",
-        }},
+        extra_ui={
+            "options": {
+                "none": "None (keep everything in view)",
+                "sliding_window": "Sliding window (by events)",
+                "turn_window": "Turn window (by turns)",
+                "token_count": "Token count",
+                "recursive_summarization": "Recursive summarization",
+            }
+        },
     ),
     _positive(
         "max_events",
@@ -126,12 +128,24 @@ MEMORY_FIELDS: tuple[FieldSpec, ...] = (
         2,
         show_if={"compactionStrategy": ["sliding_window", "recursive_summarization"]},
     ),
-    _positive("max_turns", "Most turns (a user message and everything after it) kept in view.", 3,
-              show_if={"compactionStrategy": ["turn_window"]}),
-    _positive("max_tokens", "Most estimated tokens in view (pinned instructions and summary included).", 4,
-              show_if={"compactionStrategy": ["token_count"]}),
-    _positive("max_events_to_keep", "Newest events kept in view when older ones are summarised.", 5,
-              show_if={"compactionStrategy": _SUMMARIZING}),
+    _positive(
+        "max_turns",
+        "Most turns (a user message and everything after it) kept in view.",
+        3,
+        show_if={"compactionStrategy": ["turn_window"]},
+    ),
+    _positive(
+        "max_tokens",
+        "Most estimated tokens in view (pinned instructions and summary included).",
+        4,
+        show_if={"compactionStrategy": ["token_count"]},
+    ),
+    _positive(
+        "max_events_to_keep",
+        "Newest events kept in view when older ones are summarised.",
+        5,
+        show_if={"compactionStrategy": _SUMMARIZING},
+    ),
     _memory_field(
         "overlap_size",
         {"type": "integer", "minimum": 0},
@@ -153,8 +167,13 @@ MEMORY_FIELDS: tuple[FieldSpec, ...] = (
         "Give the agent the conversation_search tool over the whole history, archive included.",
         9,
     ),
-    _positive("search_page_size", "Results per page of conversation_search.", 10, advanced=True,
-              show_if={"enableConversationSearchTool": [True]}),
+    _positive(
+        "search_page_size",
+        "Results per page of conversation_search.",
+        10,
+        advanced=True,
+        show_if={"enableConversationSearchTool": [True]},
+    ),
     _memory_field(
         "max_archived_events",
         {"type": ["integer", "null"], "minimum": 1},
@@ -199,25 +218,62 @@ CONNECTION_FIELDS: dict[str, tuple[FieldSpec, ...]] = {
     "builtin": (),
     "memory": (),
     "jdbc": (
-        _text("url", "Database URL", "SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db or sqlite:///chat.db.",
-              20, required=True, placeholder="postgresql+psycopg://user:password@localhost:5432/chat"),
-        _text("tablePrefix", "Table prefix", "Prefix of the tables chat-memory creates.", 21,
-              default="chat_memory_", advanced=True),
+        _text(
+            "url",
+            "Database URL",
+            "SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db or sqlite:///chat.db.",
+            20,
+            required=True,
+            placeholder="postgresql+psycopg://user:password@localhost:5432/chat",
+        ),
+        _text(
+            "tablePrefix",
+            "Table prefix",
+            "Prefix of the tables chat-memory creates.",
+            21,
+            default="chat_memory_",
+            advanced=True,
+        ),
     ),
     "redis": (
-        _text("url", "Redis URL", "redis://, rediss:// or redis+cluster://host:port.", 20, required=True,
-              placeholder="redis://localhost:6379/0"),
-        _text("keyPrefix", "Key prefix", "Prefix of every key chat-memory writes.", 21, default="chat-memory",
-              advanced=True),
-        FieldSpec("ttlSeconds", {"type": ["integer", "null"], "minimum": 1}, "Time to live (seconds)",
-                  "Expire a conversation this long after its last write; empty keeps it forever.", 22, advanced=True),
+        _text(
+            "url",
+            "Redis URL",
+            "redis://, rediss:// or redis+cluster://host:port.",
+            20,
+            required=True,
+            placeholder="redis://localhost:6379/0",
+        ),
+        _text(
+            "keyPrefix",
+            "Key prefix",
+            "Prefix of every key chat-memory writes.",
+            21,
+            default="chat-memory",
+            advanced=True,
+        ),
+        FieldSpec(
+            "ttlSeconds",
+            {"type": ["integer", "null"], "minimum": 1},
+            "Time to live (seconds)",
+            "Expire a conversation this long after its last write; empty keeps it forever.",
+            22,
+            advanced=True,
+        ),
     ),
     "s3": (
-        FieldSpec("bucket", {"type": "string", "minLength": 3}, "Bucket", "S3 bucket (created when missing).", 20,
-                  required=True),
+        FieldSpec(
+            "bucket",
+            {"type": "string", "minLength": 3},
+            "Bucket",
+            "S3 bucket (created when missing).",
+            20,
+            required=True,
+        ),
         _text("prefix", "Key prefix", "Folder inside the bucket.", 21, default="chat-memory"),
         _text("region", "Region", "AWS region; empty uses the usual AWS configuration.", 22, advanced=True),
-        _text("endpointUrl", "Endpoint URL", "For S3-compatible services, e.g. http://127.0.0.1:9000.", 23,
-              advanced=True),
+        _text(
+            "endpointUrl", "Endpoint URL", "For S3-compatible services, e.g. http://127.0.0.1:9000.", 23, advanced=True
+        ),
     ),
 }

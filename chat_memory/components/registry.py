@@ -36,7 +36,7 @@ class NodeRegistry:
             raise ConfigurationError(f"node type {definition.type} is already registered")
         self._definitions[key] = definition
 
-    def get(self, node_type: str) -> NodeDefinition:
+    def get(self, node_type: object) -> NodeDefinition:
         """The definition of ``name/vN``; the error lists the versions that do exist."""
         name, version = parse_type(node_type)
         found = self._definitions.get((name, version))
@@ -69,7 +69,7 @@ class NodeRegistry:
 
     def __contains__(self, node_type: object) -> bool:
         try:
-            self.get(node_type)  # type: ignore[arg-type]
+            self.get(node_type)
         except ConfigurationError:
             return False
         return True

@@ -65,7 +65,9 @@ def run_demo(runner: ChatWorkflow, store_url: str, conversation_id: str, out: Ca
     return _report(runner, conversation_id, searches, out)
 
 
-def _report(runner: ChatWorkflow, conversation_id: str, searches: list[tuple[str, str]], out: Callable[[str], None]) -> int:
+def _report(
+    runner: ChatWorkflow, conversation_id: str, searches: list[tuple[str, str]], out: Callable[[str], None]
+) -> int:
     memory = runner.memory(conversation_id)
     stats = memory.stats(conversation_id)
     found = any(FIRST_FACT_KEYWORD.lower() in result.lower() for _, result in searches)
@@ -74,7 +76,9 @@ def _report(runner: ChatWorkflow, conversation_id: str, searches: list[tuple[str
     out(f"  window size:      {stats.active_events} events in {stats.turns} turns, {stats.window_tokens} tokens")
     out(f"  archived events:  {stats.archived_events} (still stored and searchable)")
     in_window = any(
-        FIRST_FACT_KEYWORD.lower() in e.text().lower() for e in memory.window(conversation_id) if e.type is EventType.USER
+        FIRST_FACT_KEYWORD.lower() in e.text().lower()
+        for e in memory.window(conversation_id)
+        if e.type is EventType.USER
     )
     out(f"  first fact still in the window: {'yes' if in_window else 'no (archived by the turn window)'}")
     if searches:

@@ -72,7 +72,9 @@ class ChatWorkflow:
     def send(self, conversation_id: str, message: str) -> ChatRun:
         """Run the workflow for one chat message and return the reply."""
         check_conversation_id(conversation_id)
-        outputs: dict[str, dict[str, Any]] = {self.trigger.name: {"conversationId": conversation_id, "message": message}}
+        outputs: dict[str, dict[str, Any]] = {
+            self.trigger.name: {"conversationId": conversation_id, "message": message}
+        }
         turn: TurnResult | None = None
         for node in self.workflow.order():
             if node is self.trigger:
@@ -148,8 +150,10 @@ class ChatWorkflow:
 
     def _memory(self, settings: MemoryNodeSettings) -> ChatMemory:
         # Only a summarizing strategy calls the summarizer; building it needs the client (and its key).
-        summarizes = settings.config.compaction_strategy is CompactionStrategy.RECURSIVE_SUMMARIZATION
-        summarizer = AnthropicSummarizer(model=settings.summarizer_model, client=self.client) if summarizes else None
+        summarizer = None
+        if settings.config.compaction_strategy is CompactionStrategy.RECURSIVE_SUMMARIZATION:
+            assert settings.summarizer_model  # memory_settings refuses summarization without one
+            summarizer = AnthropicSummarizer(model=settings.summarizer_model, client=self.client)
         return ChatMemory(self._store(settings), settings.config, summarizer=summarizer)
 
     def _store(self, settings: MemoryNodeSettings) -> Store:

@@ -194,7 +194,9 @@ def _check_references(workflow: Workflow) -> None:
             for ref in refs:
                 target = by_name.get(ref.node)
                 if target is None:
-                    raise WorkflowError(f"node {node.name!r}, field {key!r}: {ref} refers to a missing node {ref.node!r}")
+                    raise WorkflowError(
+                        f"node {node.name!r}, field {key!r}: {ref} refers to a missing node {ref.node!r}"
+                    )
                 if target is node:
                     raise WorkflowError(f"node {node.name!r}, field {key!r}: {ref} refers to the node itself")
                 if ref.path[0] not in target.definition.outputs:
