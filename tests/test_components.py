@@ -233,7 +233,7 @@ def test_connection_fields_become_store_targets():
     )
     assert target("redisChatMemory", {"url": "redis://h:1/0", "ttlSeconds": 60}) == (
         "redis://h:1/0",
-        {"key_prefix": "chat-memory", "ttl_seconds": 60},
+        {"prefix": "chat-memory:", "ttl_seconds": 60},
     )
     assert target(
         "awsS3ChatMemory",

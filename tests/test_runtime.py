@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+import uuid
 
 import anthropic
 import httpx2
@@ -245,3 +246,36 @@ def test_the_scripted_demo_searches_and_finds_the_first_fact():
     assert 'search happened:  yes, conversation_search {"keyword": "first fact"}' in output
     stats = runner.memory("demo-test").stats("demo-test")
     assert stats.turns == 3 and stats.archived_events == 10
+
+
+def _remote_node_params(kind, request):
+    suffix = uuid.uuid4().hex[:12]
+    if kind == "redisChatMemory/v2":
+        server = request.getfixturevalue("redis_server")
+        return {"url": server.url, "keyPrefix": f"node-{suffix}:", "ttlSeconds": 3600}
+    endpoint = request.getfixturevalue("moto_server")
+    return {"bucket": "chat-memory-nodes", "prefix": f"node-{suffix}", "region": "us-east-1", "endpointUrl": endpoint}
+
+
+@pytest.mark.parametrize(
+    "node",
+    [
+        pytest.param("redisChatMemory/v2", marks=pytest.mark.redis),
+        pytest.param("awsS3ChatMemory/v2", marks=pytest.mark.s3),
+    ],
+)
+def test_redis_and_s3_nodes_open_their_stores_from_their_fields(node, request):
+    source = copy.deepcopy(template_source("compacting-chat"))
+    memory_node = source["nodes"][1]["clusterElements"]["memory"]
+    memory_node["type"] = node
+    memory_node["parameters"].update(_remote_node_params(node, request))
+    with ChatWorkflow(import_workflow(source), client=scripted_client()) as runner:
+        for text_ in DEMO_MESSAGES:
+            run = runner.send("c/../*", text_)
+        assert "code-named Bluefin" in run.reply
+        settings = runner.memory_settings("c/../*")
+        url, options = settings.store_target()
+    with open_store(url, **options) as store:
+        history = store.history("c/../*")
+        assert history[0].content == DEMO_MESSAGES[0] and history[0].archived
+        assert store.load("c/../*").window.turn_count() == 3

@@ -247,9 +247,9 @@ CONNECTION_FIELDS: dict[str, tuple[FieldSpec, ...]] = {
         _text(
             "keyPrefix",
             "Key prefix",
-            "Prefix of every key chat-memory writes.",
+            "Prefix of every key chat-memory writes (no braces: they mark Redis Cluster hash tags).",
             21,
-            default="chat-memory",
+            default="chat-memory:",
             advanced=True,
         ),
         FieldSpec(

@@ -41,7 +41,7 @@ class MemoryNodeSettings:
         if storage == "jdbc":
             return c["url"], _present(table_prefix=c.get("tablePrefix"))
         if storage == "redis":
-            return c["url"], _present(key_prefix=c.get("keyPrefix"), ttl_seconds=c.get("ttlSeconds"))
+            return c["url"], _present(prefix=c.get("keyPrefix"), ttl_seconds=c.get("ttlSeconds"))
         if storage == "s3":
             prefix = quote(str(c.get("prefix") or "").strip("/"), safe="/")
             query = urlencode(_present(region=c.get("region"), endpoint_url=c.get("endpointUrl")))
