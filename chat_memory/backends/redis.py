@@ -141,11 +141,10 @@ class RedisStore(Store):
         scheme = parts.scheme.lower()
         if scheme not in (*cls.schemes, *_CLUSTER_SCHEMES):
             raise ConfigurationError(f"store URL scheme ({scheme!r}) is not a Redis scheme; use redis://, rediss:// or redis+cluster://")
-        store_options: dict[str, Any] = {}
-        driver_query = []
-        for key, value in parse_qsl(parts.query, keep_blank_values=True):
-            (driver_query.append((key, value)) if key not in _OPTIONS else store_options.__setitem__(key, value))
-        store_options.update({k: options.pop(k) for k in _OPTIONS if k in options})
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        store_options: dict[str, Any] = {key: value for key, value in query if key in _OPTIONS}
+        store_options.update({key: options.pop(key) for key in _OPTIONS if key in options})
+        driver_query = [(key, value) for key, value in query if key not in _OPTIONS]
         driver_url = urlunsplit((_CLUSTER_SCHEMES.get(scheme, scheme), parts.netloc, parts.path, urlencode(driver_query), ""))
         driver_options = {**_DRIVER_DEFAULTS, "retry": _retry(), **options}
         if scheme in _CLUSTER_SCHEMES:

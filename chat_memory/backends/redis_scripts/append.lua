@@ -12,7 +12,7 @@ local last = tonumber(redis.call('HGET', meta, 'last_seq') or '0')
 local searchable = {}
 for i = 4, #ARGV, 3 do
   last = last + 1
-  local element = last .. ':' .. ARGV[i + 1]
+  local element = string.format('%d:%s', last, ARGV[i + 1])
   if ARGV[i] == 'p' then
     redis.call('RPUSH', pinned, element)
   else

@@ -19,7 +19,7 @@ if summary ~= '' then
     redis.call('ZADD', archive, seq_of(previous), previous)
   end
   local seq = redis.call('HINCRBY', meta, 'last_seq', 1)
-  redis.call('HSET', meta, 'summary', seq .. ':' .. summary)
+  redis.call('HSET', meta, 'summary', string.format('%d:%s', seq, summary))
 end
 if cap ~= '' then
   local excess = redis.call('ZCARD', archive) - tonumber(cap)
