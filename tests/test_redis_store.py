@@ -17,7 +17,7 @@ from chat_memory.backends.base import CompactionPlan
 from chat_memory.backends.redis import RedisStore
 from chat_memory.errors import ConfigurationError, StorageError
 from tests.fixtures.redis import unique_prefix
-from tests.services.redis import free_port, start_redis
+from tests.services.redis import free_port, start_cluster, start_redis
 
 HOSTILE_IDS = [
     "{", "}", "{}", "}{", "{a}", "a}{b", "*", "?", "[x]", "a:b", "chat-memory:conversations",
@@ -233,6 +233,11 @@ def test_closed_port_gives_a_storage_error():
         store.close()
 
 
+def test_unreachable_cluster_gives_a_storage_error():
+    with pytest.raises(StorageError, match="could not reach the cluster"):
+        open_store(f"redis+cluster://127.0.0.1:{free_port()}")
+
+
 @pytest.mark.redis
 def test_server_down_then_back(tmp_path):
     server = start_redis(root=tmp_path / "one")
@@ -248,6 +253,30 @@ def test_server_down_then_back(tmp_path):
     finally:
         store.close()
         server.stop()
+
+
+@pytest.mark.redis_cluster
+def test_a_cluster_node_down_fails_only_its_own_conversations():
+    # without full coverage the live nodes keep serving their slots, as during a failover
+    cluster = start_cluster("--cluster-require-full-coverage", "no")
+    try:
+        store = open_store(cluster.url)
+        ids = [f"conversation {i}" for i in range(30)]
+        for cid in ids:
+            store.append(cid, turn(0))
+        dead = cluster.nodes[1]
+        on_dead = {cid for cid in ids if store.client.get_node_from_key(store._keys(cid)[0]).port == dead.port}
+        assert on_dead and len(on_dead) < len(ids)
+        dead.stop()
+        for cid in ids:  # the load script was never used before: it is loaded on the live node alone
+            if cid in on_dead:
+                with pytest.raises(StorageError, match="ConnectionError"):
+                    store.load(cid)
+            else:
+                assert store.load(cid).last_seq == 2
+        store.close()
+    finally:
+        cluster.stop()
 
 
 def test_passed_in_clients_stay_open_and_owned_ones_close(fakeredis_client):

@@ -28,7 +28,7 @@ from importlib import resources
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, StorageError
 from ..events import Event, EventType, Window
 from ..search import MatchMode, SearchQuery, SearchResult, search_text
 from .base import CompactionPlan, Snapshot, Store, check_conversation_id
@@ -148,7 +148,10 @@ class RedisStore(Store):
         driver_url = urlunsplit((_CLUSTER_SCHEMES.get(scheme, scheme), parts.netloc, parts.path, urlencode(driver_query), ""))
         driver_options = {**_DRIVER_DEFAULTS, "retry": _retry(), **options}
         if scheme in _CLUSTER_SCHEMES:
-            client = redis.cluster.RedisCluster.from_url(driver_url, **driver_options)
+            try:  # a cluster client connects at once, to learn the slot map
+                client = redis.cluster.RedisCluster.from_url(driver_url, **driver_options)
+            except Exception as exc:
+                raise StorageError(f"RedisStore could not reach the cluster at {parts.hostname}:{parts.port}: {exc}") from exc
         else:
             client = redis.Redis.from_url(driver_url, **driver_options)
         return cls(client, owns_client=True, **store_options)
@@ -167,7 +170,16 @@ class RedisStore(Store):
         return keys if self.cluster else [*keys, self._registry]
 
     def _run(self, name: str, cid: str, *args: Any) -> Any:
-        return self._scripts[name](keys=self._keys(cid), args=args)
+        return self._call(self._scripts[name], self._keys(cid), args)
+
+    def _call(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """EVALSHA, and on NOSCRIPT (first use, SCRIPT FLUSH, restart, failover) EVAL, which
+        also caches the script on the node that ran it. Not redis-py's fallback: on a cluster
+        it sends SCRIPT LOAD to every primary, and so fails while any one of them is down."""
+        try:
+            return self.client.evalsha(script.sha, len(keys), *keys, *args)
+        except _driver().exceptions.NoScriptError:
+            return self.client.eval(script.script, len(keys), *keys, *args)
 
     @property
     def _ttl(self) -> int:
@@ -205,9 +217,7 @@ class RedisStore(Store):
     def search(self, conversation_id: str, query: SearchQuery) -> SearchResult:
         cid = check_conversation_id(conversation_id)
         mode = "any" if query.match_mode is MatchMode.ANY else "all"
-        total, hits = self._scripts["search"](
-            keys=self._keys(cid)[:6], args=(mode, query.offset, query.limit, *query.terms)
-        )
+        total, hits = self._call(self._scripts["search"], self._keys(cid)[:6], (mode, query.offset, query.limit, *query.terms))
         events = [_event(hits[i + 1], archived=_text(hits[i]) == "1") for i in range(0, len(hits), 2)]
         return SearchResult(events=events, total=int(total))
 
@@ -223,7 +233,7 @@ class RedisStore(Store):
         for start in range(0, len(ids), 1000):
             chunk = ids[start : start + 1000]
             keys = [self._registry, *(self._keys(cid)[0] for cid in chunk)]
-            live += [_text(cid) for cid in self._prune(keys=keys, args=chunk)]
+            live += [_text(cid) for cid in self._call(self._prune, keys, chunk)]
         return sorted(live)
 
     # -- writing -----------------------------------------------------------------------------

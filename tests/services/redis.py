@@ -135,9 +135,10 @@ def _cluster_ok(port: int) -> bool:
     return "cluster_state:ok" in result.stdout
 
 
-def start_cluster(size: int = 3) -> RedisClusterServers:
-    """Start ``size`` cluster-enabled servers, join them with ``redis-cli --cluster create``
-    (no replicas) and wait until every node reports ``cluster_state:ok``."""
+def start_cluster(*extra: str, size: int = 3) -> RedisClusterServers:
+    """Start ``size`` cluster-enabled servers (``extra``: more redis-server arguments for each),
+    join them with ``redis-cli --cluster create`` (no replicas) and wait until every node
+    reports ``cluster_state:ok``."""
     binary("redis-cli")
     root = Path(tempfile.mkdtemp(prefix="chat-memory-redis-cluster-"))
     cluster = RedisClusterServers(root=root)
@@ -147,7 +148,7 @@ def start_cluster(size: int = 3) -> RedisClusterServers:
             cluster.nodes.append(
                 start_redis(
                     "--cluster-enabled", "yes", "--cluster-config-file", str(folder / "nodes.conf"),
-                    "--cluster-node-timeout", "2000", root=folder,
+                    "--cluster-node-timeout", "2000", *extra, root=folder,
                 )
             )
         for node in cluster.nodes:
