@@ -5,8 +5,9 @@ if owner and owner ~= cid then
   return redis.error_reply('chat-memory: two conversation ids share one key digest')
 end
 -- A request retried after a lost reply (the first attempt went through) must not append twice.
+-- It reports "created" again: on a cluster the first attempt's registration may be missing.
 if redis.call('ZSCORE', recent, token) then
-  return {0, window()}
+  return {1, window()}
 end
 local last = tonumber(redis.call('HGET', meta, 'last_seq') or '0')
 local searchable = {}
