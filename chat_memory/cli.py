@@ -19,6 +19,8 @@ from .backends.base import Store
 from .components import default_registry
 from .errors import ChatMemoryError, ConfigurationError, InvalidInputError
 from .events import Event, EventType
+from .scripted_model import API_KEY as SCRIPTED_API_KEY
+from .scripted_model import LABEL as SCRIPTED_LABEL
 from .search import SearchQuery, format_page
 from .templates import ChatWorkflow, load_template, template_names, template_source
 from .templates.demo import run_demo
@@ -121,6 +123,8 @@ def _chat(args: argparse.Namespace) -> int:
         runner = session.runner(args.scripted)
         cid = session.conversation
         print(f"chat-memory chat: conversation {cid!r}, store {session.url}; /quit or Ctrl-D to stop")
+        if getattr(runner.client, "api_key", None) == SCRIPTED_API_KEY:
+            print(f"model: {SCRIPTED_LABEL}")
         for line in sys.stdin:
             message = line.strip()
             if message in ("/quit", "/exit"):

@@ -111,6 +111,7 @@ def test_chat_repl_uses_the_same_runtime(tmp_path):
     )
     result = cli("chat", "--url", url, "-c", "repl", env=clean_env(tmp_path), stdin=messages + "\n")
     assert result.returncode == 0, result.stderr
+    assert "model: scripted stand-in model" in result.stdout
     replies = [line for line in result.stdout.splitlines() if line.startswith("assistant: ")]
     assert len(replies) == 5 and "the code name is Bluefin" in replies[-1]
     history = cli("history", "--url", url, "-c", "repl", env=clean_env(tmp_path))
