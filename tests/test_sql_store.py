@@ -258,3 +258,23 @@ def test_eight_processes_append_and_compact_one_conversation(sql_url):
         assert sorted(e.content for e in history[::2]) == sorted(f"w{w}-{i}" for w in range(WRITERS) for i in range(ADDS))
         snapshot = store.load("shared")
         assert snapshot.archived_count == sum(e.archived for e in history) == len(history) - len(snapshot.window.active)
+
+
+_FORKED_STORE: SQLStore | None = None
+
+
+def _append_in_child(text: str) -> int:
+    assert _FORKED_STORE is not None
+    return _FORKED_STORE.append("c", [Event.user(text)]).last_seq
+
+
+@pytest.mark.postgres
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="fork start method only")
+def test_a_forked_child_opens_its_own_connections(postgres_store):
+    global _FORKED_STORE
+    _FORKED_STORE = postgres_store
+    postgres_store.append("c", [Event.user("parent")])  # the pool now holds a connection
+    with ProcessPoolExecutor(2, mp_context=multiprocessing.get_context("fork")) as pool:
+        assert sorted(pool.map(_append_in_child, ["child a", "child b"])) == [2, 3]
+    postgres_store.append("c", [Event.user("parent again")])
+    assert [e.seq for e in postgres_store.history("c")] == [1, 2, 3, 4]

@@ -3,6 +3,7 @@ conversation lock up front, and the driver errors that mean "lost a race, try ag
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections.abc import Iterator
@@ -19,6 +20,8 @@ from ...errors import ConfigurationError
 
 #: Seconds a SQLite connection waits for another process's write lock before reporting "locked".
 SQLITE_BUSY_TIMEOUT = 15.0
+#: Seconds to wait for a PostgreSQL server to answer when the URL names no ``connect_timeout``.
+POSTGRES_CONNECT_TIMEOUT = 10
 _BEGIN_OPTION = "chat_memory_begin"
 _PREPARED: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
 
@@ -50,10 +53,12 @@ def create_store_engine(url: sa.URL, **engine_options: Any) -> sa.Engine:
     """An engine for ``url``: SQLite gets WAL, a busy timeout and explicit transaction control
     (its file's parent folder is created); an in-memory SQLite database is one shared
     connection; other databases use SQLAlchemy's connection pool with pre-ping."""
-    if url.get_backend_name() != "sqlite":
-        engine_options.setdefault("pool_pre_ping", True)
-        return sa.create_engine(url, **engine_options)
     connect_args = dict(engine_options.pop("connect_args", {}))
+    if url.get_backend_name() != "sqlite":
+        if url.get_driver_name() in ("psycopg", "psycopg2") and "connect_timeout" not in url.query:
+            connect_args.setdefault("connect_timeout", POSTGRES_CONNECT_TIMEOUT)
+        engine_options.setdefault("pool_pre_ping", True)
+        return sa.create_engine(url, connect_args=connect_args, **engine_options)
     if "timeout" not in url.query:
         connect_args.setdefault("timeout", SQLITE_BUSY_TIMEOUT)
     connect_args.setdefault("check_same_thread", False)
@@ -99,8 +104,13 @@ class Transactions:
         self.engine = engine
         self.dialect = engine.dialect.name
         self._lock: threading.RLock | None = threading.RLock() if isinstance(engine.pool, StaticPool) else None
+        self._pid = os.getpid()
 
     def _serialised(self) -> Any:
+        if os.getpid() != self._pid:
+            # a forked child must not reuse its parent's pooled connections (nor close them)
+            self.engine.dispose(close=False)
+            self._pid = os.getpid()
         return self._lock if self._lock is not None else nullcontext()
 
     @contextmanager
