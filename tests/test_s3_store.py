@@ -63,8 +63,7 @@ class Traffic:
 
     def _count(self, request, **_):
         self.requests += 1
-        body = request.body
-        self.bytes += len(body) if isinstance(body, (bytes, bytearray)) else 0
+        self.bytes += int(request.headers.get("Content-Length") or 0)
 
     def reset(self) -> None:
         self.requests = self.bytes = 0
@@ -84,7 +83,7 @@ def is_head(url: str) -> bool:
 def _per_add_cost(store: S3Store, stored: int) -> tuple[float, float]:
     """Grow a conversation to ``stored`` events (in big batches), then measure 32 turns."""
     m = memory(store, compaction_strategy="turn_window", max_turns=3)
-    while len(m.history("c")) < stored:
+    while store.load("c").last_seq < stored:
         m.add("c", [e for i in range(100) for e in turn(f"seed {i} " + "lorem ipsum " * 8)])
     traffic = Traffic(store.client)
     for i in range(32):
@@ -93,14 +92,28 @@ def _per_add_cost(store: S3Store, stored: int) -> tuple[float, float]:
 
 
 def test_requests_and_bytes_per_add_do_not_grow_with_the_archive(s3_mock_client):
-    small = S3Store(s3_mock_client, "cost-bucket", "small", max_archived_events=None)
-    large = S3Store(s3_mock_client, "cost-bucket", "large", max_archived_events=None)
+    small = S3Store(s3_mock_client, "cost-bucket", "small")
+    large = S3Store(s3_mock_client, "cost-bucket", "large")
     small_requests, small_bytes = _per_add_cost(small, 200)
     large_requests, large_bytes = _per_add_cost(large, 4000)
-    assert len(large.history("c")) >= 4000
-    # the head lists ~30 more segment refs at 4000 events: a few per cent, not 20x
-    assert large_requests <= small_requests * 1.25
-    assert large_bytes <= small_bytes * 1.5
+    assert large.load("c").archived_count == 1000 and small.load("c").archived_count < 300
+    # 20x the stored events; the head lists a few more segment refs (~40 bytes each)
+    assert large_requests <= small_requests * 1.1
+    assert large_bytes <= small_bytes * 1.25
+
+
+def test_without_a_cap_the_head_grows_by_one_small_ref_per_segment(s3_mock_client):
+    store = S3Store(s3_mock_client, "cost-bucket", "unbounded", max_archived_events=None)
+    m = memory(store, compaction_strategy="turn_window", max_turns=3)
+    sizes = []
+    for _ in range(2):
+        for _ in range(10):
+            m.add("c", [e for i in range(100) for e in turn(f"seed {i}")])
+        head = store._read_head("c")[0]
+        sizes.append((head.archived_count, len(head.segments), len(head.to_bytes())))
+    (archived_1, refs_1, bytes_1), (archived_2, refs_2, bytes_2) = sizes
+    assert archived_2 >= 3900 and refs_2 <= archived_2 // 128 + 2
+    assert (bytes_2 - bytes_1) / (refs_2 - refs_1) < 60
 
 
 def test_an_append_is_one_conditional_put_when_writing_alone(s3_mock_store):
@@ -155,10 +168,12 @@ def test_a_compaction_that_loses_its_race_leaves_no_orphaned_segment(s3_server_s
         m.add("c", turn(f"t{i}"))
     snapshot = store.load("c")
     # the segment PUT succeeds, the head PUT loses: the segment must be deleted again
-    inject(store.client, "PutObject", 412, "PreconditionFailed", times=1, when=is_head)
+    answered = inject(store.client, "PutObject", 412, "PreconditionFailed", times=1, when=is_head)
     store.backoff = FAST
     assert store.apply("c", CompactionPlan(expected_version=snapshot.version, archive_through_seq=4)) is True
-    assert segment_keys(store) == {ref.key for ref in store._read_head("c")[0].segments}
+    assert len(answered) == 1
+    head = store._read_head("c")[0]
+    assert segment_keys(store) == {store.layout.segment_key(head, ref) for ref in head.segments}
     assert store.load("c").archived_count == 4
 
 
@@ -221,7 +236,7 @@ def test_the_cap_is_exact_and_dropped_segments_are_deleted(s3_mock_client):
         assert len(archived) == min(7, 2 * i) == store.load("c").archived_count
     assert seqs(archived) == list(range(52, 59))
     head = store._read_head("c")[0]
-    assert segment_keys(store) == {ref.key for ref in head.segments}
+    assert segment_keys(store) == {store.layout.segment_key(head, ref) for ref in head.segments}
     assert all(ref.count <= 4 for ref in head.segments)
 
 
@@ -327,7 +342,7 @@ def test_a_missing_driver_names_the_extra(monkeypatch):
 
 # -- processes -----------------------------------------------------------------------------
 
-WRITERS, ADDS = 8, 12
+WRITERS, ADDS = 8, 8
 
 
 def _writer(url: str, writer: int) -> None:

@@ -14,11 +14,12 @@ compaction writes new ones and swaps the manifest in the head with a conditional
 from __future__ import annotations
 
 import base64
+import gzip
 import hashlib
 import json
 import uuid
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...errors import SchemaError
@@ -72,18 +73,23 @@ class Layout:
     def segments(self, conversation_id: str, generation: str) -> str:
         return f"{self.prefix}archive/{conversation_key(conversation_id)}/{generation}/"
 
-    def segment(self, conversation_id: str, generation: str, first_seq: int, last_seq: int, version: int) -> str:
-        # the nonce keeps two writers racing for the same version from ever sharing a key
-        nonce = uuid.uuid4().hex[:12]
-        return f"{self.segments(conversation_id, generation)}{first_seq:012d}-{last_seq:012d}-v{version}-{nonce}"
+    def segment_key(self, head: Head, ref: SegmentRef) -> str:
+        return self.segments(head.conversation_id, head.generation) + ref.name
+
+
+def segment_name(first_seq: int, last_seq: int, version: int) -> str:
+    """A new segment's name (relative to its conversation's generation folder); the nonce
+    keeps two writers racing for the same version from ever sharing a key."""
+    return f"{first_seq}-{last_seq}-v{version}-{uuid.uuid4().hex[:8]}"
 
 
 @dataclass(frozen=True)
 class SegmentRef:
-    """One archive segment as the manifest lists it. The first ``skip`` events of the
-    object were dropped by the archive cap (cheaper than rewriting the object)."""
+    """One archive segment as the manifest lists it (its name is relative to the folder of
+    the conversation's generation, which keeps the head small). The first ``skip`` events of
+    the object were dropped by the archive cap (cheaper than rewriting the object)."""
 
-    key: str
+    name: str
     first_seq: int
     last_seq: int
     count: int
@@ -93,6 +99,14 @@ class SegmentRef:
     def live(self) -> int:
         """How many of the segment's events still count as archived."""
         return self.count - self.skip
+
+    def to_json(self) -> list[Any]:
+        return [self.name, self.first_seq, self.last_seq, self.count, self.skip]
+
+    @classmethod
+    def from_json(cls, item: list[Any]) -> SegmentRef:
+        name, first_seq, last_seq, count, skip = item
+        return cls(name=name, first_seq=first_seq, last_seq=last_seq, count=count, skip=skip)
 
 
 def _dump(event: Event) -> dict[str, Any]:
@@ -147,7 +161,7 @@ class Head:
             "pinned": [_dump(e) for e in self.pinned],
             "summary": _dump(self.summary) if self.summary is not None else None,
             "active": [_dump(e) for e in self.active],
-            "archive": [asdict(ref) for ref in self.segments],
+            "archive": [ref.to_json() for ref in self.segments],
         }
         return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
@@ -166,7 +180,7 @@ class Head:
             pinned=tuple(Event.model_validate(e) for e in doc["pinned"]),
             summary=Event.model_validate(doc["summary"]) if doc["summary"] is not None else None,
             active=tuple(Event.model_validate(e) for e in doc["active"]),
-            segments=tuple(SegmentRef(**ref) for ref in doc["archive"]),
+            segments=tuple(SegmentRef.from_json(ref) for ref in doc["archive"]),
         )
 
 
@@ -183,12 +197,14 @@ class Segment:
         return cls(events=[_dump(e) for e in events], text=[search_text(e) for e in events])
 
     def to_bytes(self) -> bytes:
+        """Gzipped JSON: segments are written once and read whole, and chat text shrinks
+        several times, so compaction sends and search fetches a fraction of the bytes."""
         doc = {"format": FORMAT, "events": self.events, "text": self.text}
-        return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        return gzip.compress(json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8"), 6, mtime=0)
 
     @classmethod
     def from_bytes(cls, data: bytes) -> Segment:
-        doc = json.loads(data)
+        doc = json.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
         if not isinstance(doc, dict) or doc.get("format") != FORMAT:
             raise SchemaError(f"S3 archive segment has an unknown format; this version reads format {FORMAT}")
         return cls(events=doc["events"], text=doc["text"])
@@ -204,17 +220,19 @@ def merge_start(segments: Sequence[SegmentRef], batch_first_seq: int, batch_coun
     """Index of the first trailing segment to rewrite together with a new batch.
 
     Trailing segments are folded in like the carries of a binary counter: while the last one
-    is no bigger than what is being written and the sum still fits in ``segment_events``.
-    Small compactions thus build segments of doubling size instead of one object each, and
-    an archived event is rewritten about log2(segment_events / batch) times, never once per
-    compaction. A trailing segment that reaches past the batch's first seq is always folded
-    in (an archived summary can be newer than events archived after it), which keeps the
-    segments in seq order without overlaps."""
+    is no bigger than what is being written and is not full yet (or the sum still fits in
+    ``segment_events``). Small compactions thus build segments of doubling size instead of
+    one object each, so an archived event is rewritten about log2(segment_events / batch)
+    times, never once per compaction, and a large batch tops up a partial segment before it
+    is cut into full ones. Each rewrite is bounded by ``segment_events``, whatever the size
+    of the archive. A trailing segment that reaches past the batch's first seq is always
+    folded in (an archived summary can be newer than events archived after it), which keeps
+    the segments in seq order without overlaps."""
     start, size = len(segments), batch_count
     while start > 0:
         ref = segments[start - 1]
         overlaps = ref.last_seq > batch_first_seq
-        fits = ref.live <= size and ref.live + size <= segment_events
+        fits = ref.live <= size and (ref.live + size <= segment_events or ref.live < segment_events)
         if not (overlaps or fits):
             break
         size += ref.live

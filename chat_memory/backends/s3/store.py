@@ -15,7 +15,18 @@ from ...events import Event
 from ...search import SearchQuery, SearchResult, search_text
 from ..base import Backoff, CompactionPlan, Snapshot, Store, archived_copy, check_conversation_id, number, split_appended
 from .client import ensure_bucket, is_conflict, is_missing, make_client, parse_url
-from .layout import Head, Layout, Segment, SegmentRef, chunks, conversation_id_of, merge_start, normalize_prefix, trim
+from .layout import (
+    Head,
+    Layout,
+    Segment,
+    SegmentRef,
+    chunks,
+    conversation_id_of,
+    merge_start,
+    normalize_prefix,
+    segment_name,
+    trim,
+)
 
 #: How often a read re-reads the head when a segment it lists was removed meanwhile by a
 #: concurrent compaction.
@@ -157,27 +168,28 @@ class S3Store(Store):
         self._heads.put(cid, head, response.get("ETag"))
         return True
 
-    def _read_segment(self, ref: SegmentRef) -> Segment:
+    def _read_segment(self, key: str) -> Segment:
         try:
-            response = self.client.get_object(Bucket=self.bucket, Key=ref.key)
+            response = self.client.get_object(Bucket=self.bucket, Key=key)
         except Exception as exc:
             if is_missing(exc):
-                raise _SegmentGone(ref.key) from exc
+                raise _SegmentGone(key) from exc
             raise
         return Segment.from_bytes(response["Body"].read())
 
-    def _read_segments(self, refs: Sequence[SegmentRef]) -> list[Segment]:
-        if len(refs) <= 1 or self.read_workers <= 1:
-            return [self._read_segment(ref) for ref in refs]
-        with ThreadPoolExecutor(max_workers=min(self.read_workers, len(refs))) as pool:
-            return list(pool.map(self._read_segment, refs))
+    def _read_segments(self, head: Head, refs: Sequence[SegmentRef]) -> list[Segment]:
+        keys = [self.layout.segment_key(head, ref) for ref in refs]
+        if len(keys) <= 1 or self.read_workers <= 1:
+            return [self._read_segment(key) for key in keys]
+        with ThreadPoolExecutor(max_workers=min(self.read_workers, len(keys))) as pool:
+            return list(pool.map(self._read_segment, keys))
 
     def _write_segment(self, key: str, events: Sequence[Event]) -> None:
         self.client.put_object(
             Bucket=self.bucket,
             Key=key,
             Body=Segment.of(events).to_bytes(),
-            ContentType="application/json",
+            ContentType="application/gzip",
             IfNoneMatch="*",
         )
 
@@ -201,7 +213,7 @@ class S3Store(Store):
                 return read(Head.new(cid), [])
             head = found[0]
             try:
-                segments = self._read_segments(head.segments)
+                segments = self._read_segments(head, head.segments)
             except _SegmentGone:
                 continue
             return read(head, segments)
@@ -277,7 +289,7 @@ class S3Store(Store):
             if not won:
                 self._delete_quietly(written)
                 return None
-            self._delete_quietly([ref.key for ref in retired])
+            self._delete_quietly([self.layout.segment_key(head, ref) for ref in retired])
             return True
 
         return bool(self.backoff.run(attempt, what=f"compaction of conversation {cid!r}"))
@@ -296,7 +308,7 @@ class S3Store(Store):
             start = merge_start(kept, batch[0].seq or 0, len(batch), self.segment_events)
             rewritten = kept[start:]
             kept = kept[:start]
-            old = self._read_segments(rewritten)
+            old = self._read_segments(head, rewritten)
             merged = sorted(
                 [e for ref, seg in zip(rewritten, old) for e in seg.live_events(ref.skip)] + batch,
                 key=lambda e: e.seq or 0,
@@ -306,10 +318,11 @@ class S3Store(Store):
         retired += dropped
         for chunk in chunks(merged, self.segment_events):
             first, last = chunk[0].seq or 0, chunk[-1].seq or 0
-            key = self.layout.segment(head.conversation_id, head.generation, first, last, version)
+            ref = SegmentRef(name=segment_name(first, last, version), first_seq=first, last_seq=last, count=len(chunk))
+            key = self.layout.segment_key(head, ref)
             self._write_segment(key, chunk)
             written.append(key)
-            kept.append(SegmentRef(key=key, first_seq=first, last_seq=last, count=len(chunk)))
+            kept.append(ref)
         return kept, retired
 
     def history(self, conversation_id: str) -> list[Event]:
