@@ -134,7 +134,9 @@ def contention(endpoint: str, writers: int, turns: int) -> dict[str, float]:
     store.close()
     assert [e.seq for e in history] == list(range(1, 2 * writers * turns + 1)), "lost or duplicated events"
     adds = writers * turns
+    wall = max(r["seconds"] for r in results)
     return {
+        "adds_per_s": adds / wall,
         "adds": adds,
         "requests_per_add": sum(r["requests"] for r in results) / adds,
         "conflicts_per_add": sum(r["conflicts"] for r in results) / adds,
@@ -168,8 +170,9 @@ def search_latency(endpoint: str, read_workers: int, repeats: int = 20) -> dict[
     search_ms = timed(lambda: store.search("c", query))
     result = store.search("c", query)
     requests = traffic.requests / (repeats + 1)
+    segments = len(store._read_head("c")[0].segments)
     store.close()
-    return {"load_ms": load_ms, "search_ms": search_ms, "requests": requests, "total": result.total}
+    return {"load_ms": load_ms, "search_ms": search_ms, "requests": requests, "total": result.total, "segments": segments}
 
 
 def main() -> None:
@@ -194,20 +197,29 @@ def main() -> None:
             )
         print()
         print(f"2. {args.writers} processes appending to one conversation ({args.writer_turns} turns each, compaction on)")
-        print(f"{'writers':>7} {'adds':>5} {'req/add':>8} {'412/add':>8} {'ms/add':>7}")
+        print(f"{'writers':>7} {'adds':>5} {'req/add':>8} {'412/add':>8} {'ms/add':>7} {'adds/s, all':>12}")
         alone = contention(endpoint, 1, args.writer_turns)
         crowd = contention(endpoint, args.writers, args.writer_turns)
         for n, r in ((1, alone), (args.writers, crowd)):
-            print(f"{n:>7} {r['adds']:>5} {r['requests_per_add']:>8.2f} {r['conflicts_per_add']:>8.2f} {r['ms_per_add']:>7.1f}")
-        print(f"{'ratio':>7} {'':>5} {crowd['requests_per_add'] / alone['requests_per_add']:>8.2f} {'':>8} {crowd['ms_per_add'] / alone['ms_per_add']:>7.2f}")
+            print(
+                f"{n:>7} {r['adds']:>5} {r['requests_per_add']:>8.2f} {r['conflicts_per_add']:>8.2f} "
+                f"{r['ms_per_add']:>7.1f} {r['adds_per_s']:>12.1f}"
+            )
+        print(
+            f"{'ratio':>7} {'':>5} {crowd['requests_per_add'] / alone['requests_per_add']:>8.2f} {'':>8} "
+            f"{crowd['ms_per_add'] / alone['ms_per_add']:>7.2f} {crowd['adds_per_s'] / alone['adds_per_s']:>12.2f}"
+        )
         print("   no event lost or duplicated (seq gap-free)")
         print()
-        print("3. Search over a full archive (1000 archived events, 8 segments) vs reading the window")
-        print(f"{'segment reads':<14} {'load ms':>8} {'search ms':>10} {'ratio':>6} {'req/search':>11} {'matches':>8}")
+        print("3. Search (page 2 of 10) over a full archive (1000 archived events) vs reading the window")
+        print(f"{'segment reads':<14} {'segments':>8} {'load ms':>8} {'search ms':>10} {'ratio':>6} {'req/search':>11} {'matches':>8}")
         for workers in (1, 8):
             r = search_latency(endpoint, workers)
             label = "sequential" if workers == 1 else f"{workers} threads"
-            print(f"{label:<14} {r['load_ms']:>8.1f} {r['search_ms']:>10.1f} {r['search_ms'] / r['load_ms']:>6.1f} {r['requests']:>11.1f} {r['total']:>8}")
+            print(
+                f"{label:<14} {r['segments']:>8} {r['load_ms']:>8.1f} {r['search_ms']:>10.1f} "
+                f"{r['search_ms'] / r['load_ms']:>6.1f} {r['requests']:>11.1f} {r['total']:>8}"
+            )
     finally:
         server.stop()
 

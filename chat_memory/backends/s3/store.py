@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -207,7 +208,7 @@ class S3Store(Store):
     def _with_archive(self, cid: str, read: Callable[[Head, list[Segment]], Any]) -> Any:
         """Read the head and its segments, consistently: when a concurrent compaction removed
         a segment in between, read the newer head and try again."""
-        for _ in range(READ_ATTEMPTS):
+        for delay in itertools.islice(self.backoff.delays(), READ_ATTEMPTS):
             found = self._read_head(cid)
             if found is None:
                 return read(Head.new(cid), [])
@@ -215,6 +216,7 @@ class S3Store(Store):
             try:
                 segments = self._read_segments(head, head.segments)
             except _SegmentGone:
+                time.sleep(delay)
                 continue
             return read(head, segments)
         raise ConcurrencyError(f"reading the archive of conversation {cid!r} kept racing with compactions")
