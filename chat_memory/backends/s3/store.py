@@ -4,17 +4,16 @@ immutable archive segments. See :mod:`.layout` for the keys and objects."""
 from __future__ import annotations
 
 import itertools
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from ...errors import ChatMemoryError, ConcurrencyError, StorageError
+from ...errors import ChatMemoryError, ConcurrencyError, ConfigurationError, StorageError
 from ...events import Event
 from ...search import SearchQuery, SearchResult, search_text
 from ..base import Backoff, CompactionPlan, Snapshot, Store, archived_copy, check_conversation_id, number, split_appended
+from .cache import HeadCache
 from .client import ensure_bucket, is_conflict, is_missing, make_client, parse_url
 from .layout import (
     Head,
@@ -38,35 +37,6 @@ class _SegmentGone(Exception):
     """A segment listed by the head we read no longer exists (a newer head dropped it)."""
 
 
-class _HeadCache:
-    """The heads this store last read or wrote, with their ETags, for the first attempt of a
-    write: a writer working alone then skips the GET before its conditional PUT (the ETag
-    still guards it; a stale entry only costs one 412 and a fresh read)."""
-
-    def __init__(self, size: int = 256) -> None:
-        self._entries: OrderedDict[str, tuple[Head, str]] = OrderedDict()
-        self._size = size
-        self._lock = threading.Lock()
-
-    def get(self, cid: str) -> tuple[Head, str] | None:
-        with self._lock:
-            return self._entries.get(cid)
-
-    def put(self, cid: str, head: Head, etag: str | None) -> None:
-        with self._lock:
-            if etag is None:
-                self._entries.pop(cid, None)
-                return
-            self._entries[cid] = (head, etag)
-            self._entries.move_to_end(cid)
-            while len(self._entries) > self._size:
-                self._entries.popitem(last=False)
-
-    def drop(self, cid: str) -> None:
-        with self._lock:
-            self._entries.pop(cid, None)
-
-
 class S3Store(Store):
     """Conversations in an S3 bucket (or anything that speaks S3 conditional writes).
 
@@ -76,7 +46,11 @@ class S3Store(Store):
     the window; compaction also writes immutable archive segments (keyed by version and a
     nonce, so a segment of a lost race is never referenced and is deleted best-effort).
 
-    Pass a ready boto3 ``client`` (left open by :meth:`close`), or use :meth:`from_url`.
+    Pass a ready boto3 ``client`` (left open by :meth:`close` unless ``owns_client``), or
+    use :meth:`from_url`. ``max_archived_events`` is the archive cap when a plan names none
+    (None: unbounded); ``segment_events`` the most events one archive segment holds;
+    ``backoff`` bounds the retries of lost races; ``read_workers`` threads fetch segments
+    for :meth:`search` and :meth:`history`.
     """
 
     schemes = ("s3",)
@@ -96,7 +70,7 @@ class S3Store(Store):
         read_workers: int = 8,
     ) -> None:
         if segment_events < 1:
-            raise ValueError(f"segment_events ({segment_events}) must be at least 1")
+            raise ConfigurationError(f"segment_events ({segment_events}) must be at least 1")
         self.client = client
         self.bucket = bucket
         self.layout = Layout(normalize_prefix(prefix))
@@ -105,7 +79,7 @@ class S3Store(Store):
         self.backoff = backoff or Backoff(attempts=60, base=0.004, cap=0.3)
         self.read_workers = read_workers
         self._owns_client = owns_client
-        self._heads = _HeadCache()
+        self._heads = HeadCache()
         if create_bucket:
             try:
                 ensure_bucket(client, bucket)
