@@ -4,6 +4,7 @@ a per-turn cost that does not grow with the archive, safe keys, the bucket, the 
 from __future__ import annotations
 
 import multiprocessing
+import random
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -15,7 +16,7 @@ from chat_memory.backends.base import Backoff, CompactionPlan
 from chat_memory.backends.memory import MemoryStore
 from chat_memory.backends.s3 import S3Store
 from chat_memory.backends.s3.client import make_client, parse_url
-from chat_memory.backends.s3.layout import Layout
+from chat_memory.backends.s3.layout import Layout, conversation_key
 from chat_memory.errors import ConcurrencyError, ConfigurationError, SchemaError, StorageError
 from chat_memory.search import SearchQuery
 from tests.helpers import fixed_tokens, seqs, turn
@@ -271,6 +272,78 @@ def test_summaries_archived_out_of_order_match_the_reference_store(s3_mock_clien
         query = SearchQuery.build(keyword, mode, page, page_size=4)
         mine, theirs = s3.store.search("c", query), reference.store.search("c", query)
         assert (mine.total, view(mine.events)) == (theirs.total, view(theirs.events))
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_random_conversations_match_the_reference_store(s3_mock_client, seed):
+    rnd = random.Random(seed)
+    cap = rnd.choice([0, 1, 2, 5, 17, None])
+    strategy = rnd.choice(["turn_window", "sliding_window", "recursive_summarization", "token_count"])
+    config = MemoryConfig(
+        compaction_strategy=strategy, max_turns=rnd.randint(1, 4), max_events=rnd.randint(3, 8),
+        max_events_to_keep=2, overlap_size=1, max_tokens=30,
+    )
+    summarize = lambda previous, events, upcoming: f"summary of {len(events)}"  # noqa: E731
+    reference = ChatMemory(MemoryStore(max_archived_events=cap), config, summarizer=summarize, token_counter=fixed_tokens)
+    store = S3Store(s3_mock_client, "random-bucket", f"s{seed}", max_archived_events=cap, segment_events=rnd.choice([1, 3, 8, 128]))
+    s3 = ChatMemory(store, config, summarizer=summarize, token_counter=fixed_tokens)
+    for i in range(rnd.randint(5, 40)):
+        batch = turn(f"t{i} w{i % 5}", tool=rnd.random() < 0.3)
+        if rnd.random() < 0.1:
+            batch.insert(0, Event.system(f"rule {i}"))
+        reference.add("c", batch)
+        s3.add("c", batch)
+    view = lambda events: [(e.seq, e.type, e.content, e.archived, e.tokens) for e in events]  # noqa: E731
+    assert view(s3.history("c")) == view(reference.history("c"))
+    assert s3.stats("c") == reference.stats("c")
+    for keyword in ["w1", "t1", "lookup", "t"]:
+        for page in range(3):
+            mine, theirs = s3.search("c", keyword, page=page, page_size=3), reference.search("c", keyword, page=page, page_size=3)
+            assert (mine.total, [h.seq for h in mine.hits]) == (theirs.total, [h.seq for h in theirs.hits])
+
+
+def test_readers_racing_compactions_see_consistent_archives(s3_mock_client):
+    store = S3Store(s3_mock_client, "race-bucket", "p", max_archived_events=30, segment_events=4)
+    m = memory(store, compaction_strategy="turn_window", max_turns=1)
+    m.add("c", turn("t0"))
+    done, problems = threading.Event(), []
+
+    def reader() -> None:
+        while not done.is_set():
+            try:
+                history = m.history("c")
+                archived = [e for e in history if e.archived]
+                assert seqs(history) == sorted(seqs(history)) and len(archived) <= 30
+                hits = m.search("c", "reply", page_size=100).hits
+                assert [h.seq for h in hits] == sorted({h.seq for h in hits}) and len(hits) <= 31
+            except Exception as exc:  # noqa: BLE001 - reported below
+                problems.append(exc)
+
+    threads = [threading.Thread(target=reader) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for i in range(1, 40):
+        m.add("c", turn(f"t{i}"))
+    done.set()
+    for t in threads:
+        t.join()
+    assert problems == []
+    assert store.load("c").archived_count == 30
+
+
+def test_clear_deletes_every_object_of_the_conversation(s3_mock_store):
+    store = s3_mock_store
+    m = memory(store, compaction_strategy="turn_window", max_turns=1)
+    for i in range(12):
+        m.add("c", turn(f"t{i}"))
+        m.add("other", turn(f"t{i}"))
+    assert segment_keys(store)
+    store.clear("c")
+    listing = store.client.list_objects_v2(Bucket=store.bucket, Prefix=store.layout.prefix)["Contents"]
+    keys = {obj["Key"] for obj in listing}
+    assert keys and all("archive/" + conversation_key("other") in k or k == store.layout.head("other") for k in keys)
+    m.add("c", turn("again"))
+    assert seqs(m.history("c")) == [1, 2]
 
 
 # -- keys, bucket, URL ---------------------------------------------------------------------
