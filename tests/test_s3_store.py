@@ -407,6 +407,11 @@ def test_bad_urls_are_configuration_errors(url):
         parse_url(url)
 
 
+def test_unknown_keyword_options_are_configuration_errors():
+    with pytest.raises(ConfigurationError, match="colour"):
+        open_store("s3://bucket/p", colour="blue")
+
+
 def test_a_missing_driver_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "boto3", None)
     with pytest.raises(ConfigurationError, match=r"chat-memory\[s3\]"):

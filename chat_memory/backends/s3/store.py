@@ -28,6 +28,10 @@ from .layout import (
     trim,
 )
 
+_STORE_KEYWORDS = frozenset(
+    {"client", "max_archived_events", "segment_events", "create_bucket", "owns_client", "backoff", "read_workers"}
+)
+
 #: How often a read re-reads the head when a segment it lists was removed meanwhile by a
 #: concurrent compaction.
 READ_ATTEMPTS = 8
@@ -97,10 +101,13 @@ class S3Store(Store):
         client_options = {**location.client_options}
         store_options = {**location.store_options}
         for name, value in options.items():
-            if name in ("endpoint_url", "region_name", "addressing_style", "max_attempts"):
-                client_options[name] = value
-            else:
+            if name in ("endpoint_url", "region", "region_name", "addressing_style", "max_attempts"):
+                client_options["region_name" if name == "region" else name] = value
+            elif name in _STORE_KEYWORDS:
                 store_options[name] = value
+            else:
+                known = ", ".join(sorted({*_STORE_KEYWORDS, "endpoint_url", "region", "addressing_style", "max_attempts"}))
+                raise ConfigurationError(f"S3 store option ({name!r}) is not supported; known options: {known}")
         client = store_options.pop("client", None)
         if client is None:
             return cls(make_client(**client_options), location.bucket, location.prefix, owns_client=True, **store_options)
