@@ -4,11 +4,12 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .backends.base import CompactionPlan, Snapshot, Store, check_conversation_id
+from .backends.base import Backoff, CompactionPlan, Snapshot, Store, check_conversation_id
 from .config import CompactionStrategy, MemoryConfig
 from .errors import ChatMemoryError, ConcurrencyError, ConfigurationError, InvalidEventError
 from .events import Event, EventType
@@ -19,8 +20,9 @@ from .tokens import TokenCounter, count_event_tokens, default_token_counter
 
 log = logging.getLogger(__name__)
 
-#: How often a compaction that keeps losing compare-and-swap races is re-planned.
-MAX_COMPACTION_ATTEMPTS = 16
+#: How a compaction that keeps losing compare-and-swap races (to appends by other writers)
+#: is retried: jittered exponential pauses so that writers stop colliding in lockstep.
+COMPACTION_RETRIES = Backoff(attempts=24, base=0.002, cap=0.1)
 
 
 @dataclass(frozen=True)
@@ -204,7 +206,7 @@ class ChatMemory:
         the region it archives); otherwise it is re-planned."""
         plan: CompactionPlan | None = None
         head: tuple[str | None, str | None] | None = None
-        for attempt in range(1, MAX_COMPACTION_ATTEMPTS + 1):
+        for attempt, pause in enumerate(COMPACTION_RETRIES.delays(), start=1):
             current_head = _head(snapshot)
             if plan is None or current_head != head:
                 if plan is not None or cut is None:
@@ -234,9 +236,10 @@ class ChatMemory:
                     summary=plan.summary,
                     attempts=attempt,
                 )
+            time.sleep(pause)
             snapshot = self.store.load(cid)
         raise ConcurrencyError(
-            f"compaction of conversation {cid!r} lost {MAX_COMPACTION_ATTEMPTS} compare-and-swap races in a row"
+            f"compaction of conversation {cid!r} lost {COMPACTION_RETRIES.attempts} compare-and-swap races in a row"
         )
 
     def _summarize(self, snapshot: Snapshot, cut: Cut) -> Event | None:

@@ -21,6 +21,7 @@ _BACKENDS: dict[str, tuple[str, str, str | None]] = {
     "redis": ("chat_memory.backends.redis", "RedisStore", "redis"),
     "rediss": ("chat_memory.backends.redis", "RedisStore", "redis"),
     "redis+cluster": ("chat_memory.backends.redis", "RedisStore", "redis"),
+    "rediss+cluster": ("chat_memory.backends.redis", "RedisStore", "redis"),
     "s3": ("chat_memory.backends.s3", "S3Store", "s3"),
 }
 _SQL = ("chat_memory.backends.sql", "SQLStore", None)

@@ -106,7 +106,7 @@ class RedisStore(Store):
     unbounded); ``ttl_seconds`` expires a whole conversation that long after its last write.
     """
 
-    schemes = ("redis", "rediss", "redis+cluster")
+    schemes = ("redis", "rediss", "redis+cluster", "rediss+cluster")
     default_max_archived_events = DEFAULT_MAX_ARCHIVED_EVENTS
 
     def __init__(
