@@ -9,7 +9,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .backends.base import Backoff, CompactionPlan, Snapshot, Store, check_conversation_id
+from .backends.base import Backoff, CompactionPlan, CompactsWhileAppending, Snapshot, Store, check_conversation_id
 from .config import CompactionStrategy, MemoryConfig
 from .errors import ChatMemoryError, ConcurrencyError, ConfigurationError, InvalidEventError
 from .events import Event, EventType
@@ -92,6 +92,10 @@ class ChatMemory:
         batch = self._prepare(cid, events)
         if not batch:
             return []
+        if not self.strategy.summarizes and isinstance(self.store, CompactsWhileAppending):
+            # planning is pure here: let the store compact in the same write as the append
+            snapshot, _ = self.store.append_compacting(cid, batch, self._plan_without_summary)
+            return snapshot.appended(len(batch))
         snapshot = self.store.append(cid, batch)
         stored = snapshot.appended(len(batch))
         cut = self.strategy.plan(snapshot.window)
@@ -176,6 +180,7 @@ class ChatMemory:
                 raise InvalidEventError(f"events[{i}].tool_call_id ({event.tool_call_id!r}) must be set for a {event.type.value}")
             if event.type is EventType.TOOL_CALL and not event.tool_name:
                 raise InvalidEventError(f"events[{i}].tool_name ({event.tool_name!r}) must be set for a tool_call")
+        batch = [_as_stored_everywhere(i, e) for i, e in enumerate(batch)]
         self._check_tool_results(cid, batch)
         return [
             e.model_copy(update={"seq": None, "archived": False, "tokens": count_event_tokens(e, self.token_counter)})
@@ -198,6 +203,12 @@ class ChatMemory:
                     f"events[{i}].tool_call_id ({event.tool_call_id!r}) matches no tool_call in the window of "
                     f"conversation {cid!r}; add the tool_call first (or in the same list)"
                 )
+
+    def _plan_without_summary(self, snapshot: Snapshot) -> CompactionPlan | None:
+        cut = self.strategy.plan(snapshot.window)
+        if cut is None:
+            return None
+        return CompactionPlan(snapshot.version, cut.through_seq, max_archived_events=self.config.max_archived_events)
 
     def _compact(self, cid: str, snapshot: Snapshot, cut: Cut | None = None) -> CompactionResult:
         """Plan (unless ``cut`` was already planned on ``snapshot``), summarise when the
@@ -258,6 +269,17 @@ class ChatMemory:
             },
         )
         return summary.model_copy(update={"tokens": count_event_tokens(summary, self.token_counter)})
+
+
+def _as_stored_everywhere(index: int, event: Event) -> Event:
+    """The event as every backend keeps it: its JSON envelope read back (a tuple becomes a
+    list, NaN becomes null). What JSON cannot carry (a lone surrogate, a tool argument that
+    is no JSON value) is refused here, alike on every backend, instead of failing in one
+    driver and being kept as is by the in-memory store."""
+    try:
+        return Event.from_json(event.to_json())
+    except ValueError as exc:
+        raise InvalidEventError(f"events[{index}] cannot be stored as JSON: {exc}") from None
 
 
 def _head(snapshot: Snapshot) -> tuple[str | None, str | None]:

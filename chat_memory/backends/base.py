@@ -96,6 +96,7 @@ class Store(ABC):
     _WRAPPED: ClassVar[tuple[str, ...]] = (
         "load",
         "append",
+        "append_compacting",
         "apply",
         "history",
         "search",
@@ -161,6 +162,21 @@ class Store(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class CompactsWhileAppending(ABC):
+    """Optional ability of a store: apply a compaction in the same atomic write as an append.
+
+    The engine uses it for strategies that need no summarizer (planning is pure and fast, so
+    it may run inside the store's write): one write per turn instead of two."""
+
+    @abstractmethod
+    def append_compacting(
+        self, conversation_id: str, events: Sequence[Event], planner: Callable[[Snapshot], CompactionPlan | None]
+    ) -> tuple[Snapshot, bool]:
+        """Append like :meth:`Store.append`; then call ``planner`` with the snapshot right
+        after the append and, if it returns a plan, apply it in the same atomic write.
+        Returns that snapshot (before compaction) and whether a plan was applied."""
 
 
 F = TypeVar("F", bound=Callable[..., Any])

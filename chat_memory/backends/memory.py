@@ -4,13 +4,22 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..events import Event, Window
 from ..search import SearchQuery, SearchResult, search_events
-from .base import CompactionPlan, Snapshot, Store, archived_copy, check_conversation_id, number, split_appended
+from .base import (
+    CompactionPlan,
+    CompactsWhileAppending,
+    Snapshot,
+    Store,
+    archived_copy,
+    check_conversation_id,
+    number,
+    split_appended,
+)
 
 
 @dataclass
@@ -24,7 +33,7 @@ class _Conversation:
     compaction_error: str | None = None
 
 
-class MemoryStore(Store):
+class MemoryStore(CompactsWhileAppending, Store):
     """Keeps conversations in a dict guarded by one lock. ``memory://`` URLs open a fresh one."""
 
     schemes = ("memory",)
@@ -33,7 +42,7 @@ class MemoryStore(Store):
     def __init__(self, max_archived_events: int | None = 1000) -> None:
         self.default_max_archived_events = max_archived_events
         self._conversations: dict[str, _Conversation] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> MemoryStore:
@@ -66,6 +75,14 @@ class MemoryStore(Store):
             conv.last_seq += len(numbered)
             conv.version += 1
             return self._snapshot(cid, conv)
+
+    def append_compacting(
+        self, conversation_id: str, events: Sequence[Event], planner: Callable[[Snapshot], CompactionPlan | None]
+    ) -> tuple[Snapshot, bool]:
+        with self._lock:
+            snapshot = self.append(conversation_id, events)
+            plan = planner(snapshot)
+            return snapshot, plan is not None and self.apply(conversation_id, plan)
 
     def apply(self, conversation_id: str, plan: CompactionPlan) -> bool:
         cid = check_conversation_id(conversation_id)
