@@ -31,6 +31,28 @@ _LONG_TEXT = sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 _SEARCH_TEXT = sa.Text().with_variant(mysql.LONGTEXT(collation="utf8mb4_bin"), "mysql", "mariadb")
 
 
+#: PostgreSQL text cannot hold NUL, and SQLite's LIKE stops at one: the search_text column
+#: keeps U+FFFD in place of NUL. Matching stays exact for every term holding neither
+#: character (a one-for-one swap of characters cannot create or hide such a match); the
+#: store matches the rare other terms in Python (see :func:`pushes_down`).
+NUL_STAND_IN = "\ufffd"
+
+
+def stored_search_text(folded: str | None) -> str | None:
+    """The value of the search_text column for an event's folded search text."""
+    return folded.replace("\x00", NUL_STAND_IN) if folded is not None else None
+
+
+def pushes_down(term: str) -> bool:
+    """True when a LIKE over the search_text column matches ``term`` exactly."""
+    return "\x00" not in term and NUL_STAND_IN not in term
+
+
+def stored_message(message: str | None) -> str | None:
+    """A compaction error as a text column can hold it (a diagnostic: NUL shows as U+FFFD)."""
+    return message.replace("\x00", NUL_STAND_IN) if message is not None else None
+
+
 @dataclass(frozen=True)
 class Tables:
     """The store's tables under one prefix."""

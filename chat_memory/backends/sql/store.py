@@ -13,10 +13,18 @@ import sqlalchemy as sa
 
 from ...errors import ConcurrencyError, ConfigurationError
 from ...events import Event, EventType, Window
-from ...search import MatchMode, SearchQuery, SearchResult, search_text
+from ...search import MatchMode, SearchQuery, SearchResult, search_events, search_text
 from ..base import Backoff, CompactionPlan, Snapshot, Store, check_conversation_id
 from .engine import Transactions, create_store_engine, is_conflict, prepare_sqlite_engine, split_url_options
-from .schema import DEFAULT_TABLE_PREFIX, Tables, build_tables, ensure_schema
+from .schema import (
+    DEFAULT_TABLE_PREFIX,
+    Tables,
+    build_tables,
+    ensure_schema,
+    pushes_down,
+    stored_message,
+    stored_search_text,
+)
 
 T = TypeVar("T")
 _URL_OPTIONS = {"table_prefix", "max_archived_events"}
@@ -196,7 +204,7 @@ class SQLStore(Store):
                     "archived": False,
                     "tokens": stored.tokens,
                     "created_at": stored.created_at,
-                    "search_text": search_text(stored),
+                    "search_text": stored_search_text(search_text(stored)),
                     "body": stored.to_json(),
                 }
             )
@@ -313,7 +321,7 @@ class SQLStore(Store):
                 connection.execute(
                     conversations.update()
                     .where(conversations.c.conversation_key == conversation_key(cid))
-                    .values(compaction_error=message)
+                    .values(compaction_error=stored_message(message))
                 )
 
         self._retrying(attempt, f"recording the compaction error of {cid!r}")
@@ -357,6 +365,8 @@ class SQLStore(Store):
     def search(self, conversation_id: str, query: SearchQuery) -> SearchResult:
         cid = check_conversation_id(conversation_id)
         self._ready()
+        if not all(pushes_down(term) for term in query.terms):
+            return search_events(self.history(cid), query)
         conversations, events = self.tables.conversations, self.tables.events
         likes = [events.c.search_text.contains(term, autoescape=True) for term in query.terms]
         matched = sa.or_(*likes) if query.match_mode is MatchMode.ANY else sa.and_(*likes)
