@@ -12,7 +12,17 @@ from typing import Any
 from ...errors import ChatMemoryError, ConcurrencyError, ConfigurationError, StorageError
 from ...events import Event
 from ...search import SearchQuery, SearchResult, search_text
-from ..base import Backoff, CompactionPlan, Snapshot, Store, archived_copy, check_conversation_id, number, split_appended
+from ..base import (
+    Backoff,
+    CompactionPlan,
+    CompactsWhileAppending,
+    Snapshot,
+    Store,
+    archived_copy,
+    check_conversation_id,
+    number,
+    split_appended,
+)
 from .cache import HeadCache
 from .client import ensure_bucket, is_conflict, is_missing, make_client, parse_url
 from .layout import (
@@ -41,7 +51,7 @@ class _SegmentGone(Exception):
     """A segment listed by the head we read no longer exists (a newer head dropped it)."""
 
 
-class S3Store(Store):
+class S3Store(CompactsWhileAppending, Store):
     """Conversations in an S3 bucket (or anything that speaks S3 conditional writes).
 
     Every change to a conversation is one ``PutObject`` of its head with ``If-Match`` (or
@@ -217,21 +227,34 @@ class S3Store(Store):
         def attempt() -> Snapshot | None:
             found = (self._heads.get(cid) if next(tries) == 0 else None) or self._read_head(cid)
             head, etag = found if found else (Head.new(cid), None)
-            pinned, real = split_appended(number(events, head.last_seq))
-            updated = head.evolve(
-                version=head.version + 1,
-                last_seq=head.last_seq + len(events),
-                pinned=(*head.pinned, *pinned),
-                active=(*head.active, *real),
-            )
+            updated = self._appended(head, events)
             return updated.snapshot() if self._write_head(updated, etag) else None
+
+        return self.backoff.run(attempt, what=f"append to conversation {cid!r}")
+
+    def append_compacting(
+        self, conversation_id: str, events: Sequence[Event], planner: Callable[[Snapshot], CompactionPlan | None]
+    ) -> tuple[Snapshot, bool]:
+        cid = check_conversation_id(conversation_id)
+        events = list(events)
+        tries = itertools.count()
+
+        def attempt() -> tuple[Snapshot, bool] | None:
+            found = (self._heads.get(cid) if next(tries) == 0 else None) or self._read_head(cid)
+            head, etag = found if found else (Head.new(cid), None)
+            appended = self._appended(head, events)
+            snapshot = appended.snapshot()
+            plan = planner(snapshot)
+            if plan is None:
+                return (snapshot, False) if self._write_head(appended, etag) else None
+            # one head write carries both the append and the compaction
+            won = self._write_compacted(appended, etag, plan)
+            return None if won is None else (snapshot, True)
 
         return self.backoff.run(attempt, what=f"append to conversation {cid!r}")
 
     def apply(self, conversation_id: str, plan: CompactionPlan) -> bool:
         cid = check_conversation_id(conversation_id)
-        cap = plan.max_archived_events if plan.max_archived_events is not None else self.default_max_archived_events
-
         tries = itertools.count()
 
         def attempt() -> bool | None:
@@ -241,41 +264,58 @@ class S3Store(Store):
             if found is None or found[0].version != plan.expected_version:
                 return False
             head, etag = found
-            moving = [e for e in head.active if (e.seq or 0) <= plan.archive_through_seq]
-            batch = [archived_copy(e) for e in moving]
-            last_seq, summary = head.last_seq, head.summary
-            if plan.summary is not None:
-                if summary is not None:
-                    batch.append(archived_copy(summary))
-                last_seq += 1
-                summary = plan.summary.model_copy(update={"seq": last_seq, "archived": False})
-            version = head.version + 1
-            written: list[str] = []
-            try:
-                segments, retired = self._rearchive(head, batch, cap, version, written)
-                updated = head.evolve(
-                    version=version,
-                    last_seq=last_seq,
-                    summary=summary,
-                    active=tuple(e for e in head.active if (e.seq or 0) > plan.archive_through_seq),
-                    segments=tuple(segments),
-                    compaction_error=None,
-                )
-                won = self._write_head(updated, etag)
-            except _SegmentGone:
-                # a segment to rewrite was retired by a compaction that won meanwhile
-                self._delete_quietly(written)
-                return None
-            except BaseException:
-                self._delete_quietly(written)
-                raise
-            if not won:
-                self._delete_quietly(written)
-                return None
-            self._delete_quietly([self.layout.segment_key(head, ref) for ref in retired])
-            return True
+            return self._write_compacted(head, etag, plan)
 
         return bool(self.backoff.run(attempt, what=f"compaction of conversation {cid!r}"))
+
+    @staticmethod
+    def _appended(head: Head, events: Sequence[Event]) -> Head:
+        pinned, real = split_appended(number(events, head.last_seq))
+        return head.evolve(
+            version=head.version + 1,
+            last_seq=head.last_seq + len(events),
+            pinned=(*head.pinned, *pinned),
+            active=(*head.active, *real),
+        )
+
+    def _write_compacted(self, head: Head, etag: str | None, plan: CompactionPlan) -> bool | None:
+        """Store ``head`` (as read, or with events appended) with ``plan`` applied: new archive
+        segments first, then the head with If-Match ``etag`` (the stored head's). True when it
+        won; None when it lost a race (its new segments are deleted again)."""
+        cap = plan.max_archived_events if plan.max_archived_events is not None else self.default_max_archived_events
+        moving = [e for e in head.active if (e.seq or 0) <= plan.archive_through_seq]
+        batch = [archived_copy(e) for e in moving]
+        last_seq, summary = head.last_seq, head.summary
+        if plan.summary is not None:
+            if summary is not None:
+                batch.append(archived_copy(summary))
+            last_seq += 1
+            summary = plan.summary.model_copy(update={"seq": last_seq, "archived": False})
+        version = head.version + 1
+        written: list[str] = []
+        try:
+            segments, retired = self._rearchive(head, batch, cap, version, written)
+            updated = head.evolve(
+                version=version,
+                last_seq=last_seq,
+                summary=summary,
+                active=tuple(e for e in head.active if (e.seq or 0) > plan.archive_through_seq),
+                segments=tuple(segments),
+                compaction_error=None,
+            )
+            won = self._write_head(updated, etag)
+        except _SegmentGone:
+            # a segment to rewrite was retired by a compaction that won meanwhile
+            self._delete_quietly(written)
+            return None
+        except BaseException:
+            self._delete_quietly(written)
+            raise
+        if not won:
+            self._delete_quietly(written)
+            return None
+        self._delete_quietly([self.layout.segment_key(head, ref) for ref in retired])
+        return True
 
     def _rearchive(
         self, head: Head, batch: list[Event], cap: int | None, version: int, written: list[str]
