@@ -60,9 +60,12 @@ def services(which: set[str]) -> Iterator[dict[str, Callable[[], str]]]:
             stack.callback(rs.stop)
             urls["Redis"] = lambda: f"redis://127.0.0.1:{rs.port}/0?prefix=b{uuid.uuid4().hex[:8]}:"
         if "s3" in which:
+            import logging
             import os
 
             from moto.server import ThreadedMotoServer
+
+            logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
 
             os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
             os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
