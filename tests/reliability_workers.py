@@ -279,6 +279,19 @@ def check_window(memory: ChatMemory, conversation_id: str, history: list[Event])
     limits(memory, active)
 
 
+def continue_and_compact(memory: ChatMemory, conversation_id: str, record: AddRecord) -> None:
+    """A fresh writer can add to the conversation and compact it; everything still checks."""
+    add_id = "fresh.g0.0"
+    record.begun.add(add_id)
+    memory.add(conversation_id, whole_turn(add_id))
+    record.done.add(add_id)
+    memory.compact(conversation_id)
+    assert memory.stats(conversation_id).last_compaction_error is None
+    history = memory.history(conversation_id)
+    check_history(history, record)
+    check_window(memory, conversation_id, history)
+
+
 def limits(memory: ChatMemory, active: list[Event]) -> None:
     """After a compaction that succeeded the strategy's limit holds."""
     config = memory.config

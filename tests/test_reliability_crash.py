@@ -17,16 +17,14 @@ import pytest
 from chat_memory import open_store
 from tests.reliability_workers import (
     SHARED,
-    AddRecord,
     WriterJob,
     check_history,
-    check_window,
     check_writer_order,
+    continue_and_compact,
     forkserver_context,
     open_memory,
     read_logs,
     run_writer,
-    whole_turn,
 )
 
 STRATEGIES = ["turn_window", "recursive_summarization"]
@@ -109,19 +107,6 @@ def is_shared_add(add_id: str) -> bool:
 
 def is_solo_add_of(writer: int) -> Any:
     return lambda add_id: add_id.startswith(f"w{writer}.") and not add_id[-1].isdigit()
-
-
-def continue_and_compact(memory: Any, conversation_id: str, record: AddRecord) -> None:
-    """A fresh writer can add to the conversation and compact it; everything still checks."""
-    add_id = "fresh.g0.0"
-    record.begun.add(add_id)
-    memory.add(conversation_id, whole_turn(add_id))
-    record.done.add(add_id)
-    memory.compact(conversation_id)
-    assert memory.stats(conversation_id).last_compaction_error is None
-    history = memory.history(conversation_id)
-    check_history(history, record)
-    check_window(memory, conversation_id, history)
 
 
 @pytest.mark.slow

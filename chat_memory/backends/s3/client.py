@@ -123,6 +123,13 @@ def is_conflict(exc: BaseException) -> bool:
     return error_code(exc) in CONFLICT_CODES or error_code(exc) == "412"
 
 
+def was_retried(exc: BaseException) -> bool:
+    """botocore sent the request more than once (after a 5xx or a connection error), so an
+    earlier attempt may have been applied by the server even though its answer was lost."""
+    response = getattr(exc, "response", None) or {}
+    return int(response.get("ResponseMetadata", {}).get("RetryAttempts", 0) or 0) > 0
+
+
 def is_missing(exc: BaseException) -> bool:
     """The object does not exist."""
     return error_code(exc) in MISSING_CODES

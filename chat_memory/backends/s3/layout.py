@@ -126,6 +126,8 @@ class Head:
     active: tuple[Event, ...] = ()
     compaction_error: str | None = None
     segments: tuple[SegmentRef, ...] = field(default_factory=tuple)
+    #: ids of the last few writes that stored this head (see ``S3Store._write_head``)
+    writes: tuple[str, ...] = ()
 
     @classmethod
     def new(cls, conversation_id: str) -> Head:
@@ -162,6 +164,7 @@ class Head:
             "summary": _dump(self.summary) if self.summary is not None else None,
             "active": [_dump(e) for e in self.active],
             "archive": [ref.to_json() for ref in self.segments],
+            "writes": list(self.writes),
         }
         return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
@@ -181,6 +184,7 @@ class Head:
             summary=Event.model_validate(doc["summary"]) if doc["summary"] is not None else None,
             active=tuple(Event.model_validate(e) for e in doc["active"]),
             segments=tuple(SegmentRef.from_json(ref) for ref in doc["archive"]),
+            writes=tuple(doc.get("writes", ())),
         )
 
 

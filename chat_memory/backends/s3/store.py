@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -24,7 +25,7 @@ from ..base import (
     split_appended,
 )
 from .cache import HeadCache
-from .client import ensure_bucket, is_conflict, is_missing, make_client, parse_url
+from .client import ensure_bucket, is_conflict, is_missing, make_client, parse_url, was_retried
 from .layout import (
     Head,
     Layout,
@@ -45,6 +46,8 @@ _STORE_KEYWORDS = frozenset(
 #: How often a read re-reads the head when a segment it lists was removed meanwhile by a
 #: concurrent compaction.
 READ_ATTEMPTS = 8
+#: how many write ids a head remembers; more than the writers that can race one retry
+RECENT_WRITES = 16
 
 
 class _SegmentGone(Exception):
@@ -140,7 +143,14 @@ class S3Store(CompactsWhileAppending, Store):
         return head, response["ETag"]
 
     def _write_head(self, head: Head, etag: str | None) -> bool:
-        """Conditionally store the head; False when another writer changed (or deleted) it."""
+        """Conditionally store the head; False when another writer changed (or deleted) it.
+
+        Each write adds its own id to the head's ``writes``: when botocore retried the PUT
+        (a 5xx or a dropped connection after the server had stored it), the retry's 412 is
+        our own first attempt's doing, and the id tells that apart from a lost race, so
+        the caller neither appends its events twice nor deletes segments the head uses."""
+        write_id = uuid.uuid4().hex[:16]
+        head = head.evolve(writes=(*head.writes, write_id)[-RECENT_WRITES:])
         condition = {"IfMatch": etag} if etag is not None else {"IfNoneMatch": "*"}
         cid = head.conversation_id
         try:
@@ -155,10 +165,15 @@ class S3Store(CompactsWhileAppending, Store):
             self._heads.drop(cid)
             # If-Match on a head deleted meanwhile (clear) answers 404
             if is_conflict(exc) or (etag is not None and is_missing(exc)):
-                return False
+                return was_retried(exc) and self._stored_by(cid, write_id)
             raise
         self._heads.put(cid, head, response.get("ETag"))
         return True
+
+    def _stored_by(self, cid: str, write_id: str) -> bool:
+        """True when the stored head is, or descends from, the write ``write_id``."""
+        found = self._read_head(cid)
+        return found is not None and write_id in found[0].writes
 
     def _read_segment(self, key: str) -> Segment:
         try:
@@ -303,7 +318,6 @@ class S3Store(CompactsWhileAppending, Store):
                 segments=tuple(segments),
                 compaction_error=None,
             )
-            won = self._write_head(updated, etag)
         except _SegmentGone:
             # a segment to rewrite was retired by a compaction that won meanwhile
             self._delete_quietly(written)
@@ -311,6 +325,8 @@ class S3Store(CompactsWhileAppending, Store):
         except BaseException:
             self._delete_quietly(written)
             raise
+        # no cleanup when this raises: the head may have been stored, and with it the segments
+        won = self._write_head(updated, etag)
         if not won:
             self._delete_quietly(written)
             return None
