@@ -70,6 +70,8 @@ class ChatMemory:
     ) -> None:
         if isinstance(config, dict):
             config = MemoryConfig.from_mapping(config)
+        if config is not None and not isinstance(config, MemoryConfig):
+            raise ConfigurationError(f"config ({config!r}) must be a MemoryConfig, a dict of settings or None")
         self.store = store
         self.config = config or MemoryConfig()
         self.summarizer = as_summarizer(summarizer)
@@ -170,7 +172,12 @@ class ChatMemory:
     # -- internals -------------------------------------------------------------------------
 
     def _prepare(self, cid: str, events: Event | Iterable[Event]) -> list[Event]:
-        batch = [events] if isinstance(events, Event) else list(events)
+        if isinstance(events, Event):
+            batch = [events]
+        elif isinstance(events, Iterable):
+            batch = list(events)
+        else:
+            raise InvalidEventError(f"events ({events!r}) must be an Event or a list of events")
         for i, event in enumerate(batch):
             if not isinstance(event, Event):
                 raise InvalidEventError(f"events[{i}] ({event!r}) is not an Event; build one with Event.user(...) etc.")

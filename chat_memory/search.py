@@ -52,6 +52,12 @@ class SearchQuery:
         if not isinstance(keyword, str) or not keyword.strip():
             raise SearchError(f"keyword ({keyword!r}) must be a non-blank string")
         try:
+            keyword.encode("utf-8")
+        except UnicodeEncodeError:
+            raise SearchError(f"keyword ({keyword!r}) is not valid Unicode text") from None
+        if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
+            raise SearchError(f"page_size ({page_size!r}) must be a whole number, 1 or more")
+        try:
             mode = MatchMode(match_mode if match_mode is not None else "phrase")
         except ValueError:
             raise SearchError(

@@ -76,6 +76,10 @@ def run_summarizer(summarizer: Summarizer, previous: str | None, events: list[Ev
         raise SummarizerError(f"the summarizer failed: {type(exc).__name__}: {exc}") from exc
     if not isinstance(text, str) or not text.strip():
         raise SummarizerError(f"the summarizer returned no summary ({text!r})")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise SummarizerError(f"the summarizer returned text that is not valid Unicode: {exc}") from None
     return text.strip()
 
 

@@ -463,3 +463,73 @@ def test_directly_built_events_with_wrong_field_types_are_pydantic_errors(field)
     wrong = {"content": 5, "tool_name": 5, "tool_call_id": [1], "arguments": "x", "metadata": 3, "created_at": "now", "type": "robot"}
     with pytest.raises(ValidationError):
         Event(**{"type": "user", field: wrong[field]})
+
+
+# -- API misuse: refused alike on every store (each was a leak or a difference once) -------------
+
+
+SUMMARIZING = MemoryConfig(compaction_strategy="recursive_summarization", max_events=3, max_events_to_keep=1, overlap_size=0)
+
+
+MISUSE = {
+    "add-none": (lambda m: m.add("c", None), InvalidEventError),
+    "add-int": (lambda m: m.add("c", 5), InvalidEventError),
+    "add-str": (lambda m: m.add("c", "hello"), InvalidEventError),
+    "add-dict": (lambda m: m.add("c", {"type": "user"}), InvalidEventError),
+    "add-list-of-none": (lambda m: m.add("c", [None]), InvalidEventError),
+    "config-str": (lambda m: ChatMemory(m.store, "turn_window"), ConfigurationError),
+    "config-int": (lambda m: ChatMemory(m.store, 5), ConfigurationError),
+    "page-size-0": (lambda m: m.search("c", "x", page_size=0), SearchError),
+    "page-size-negative": (lambda m: m.search("c", "x", page_size=-3), SearchError),
+    "page-size-str": (lambda m: m.search("c", "x", page_size="3"), SearchError),
+    "page-negative": (lambda m: m.search("c", "x", page=-1), SearchError),
+    "page-float": (lambda m: m.search("c", "x", page=1.0), SearchError),
+    "mode-list": (lambda m: m.search("c", "x", match_mode=[]), SearchError),
+    "mode-unknown": (lambda m: m.search("c", "x", match_mode="regex"), SearchError),
+    "keyword-surrogate": (lambda m: m.search("c", "x\udc00"), SearchError),
+    "keyword-bytes": (lambda m: m.search("c", b"x"), SearchError),
+}
+
+
+@pytest.mark.parametrize("call,error", MISUSE.values(), ids=list(MISUSE))
+def test_api_misuse_is_refused_alike_on_every_store(store, call, error):
+    memory = fresh_memory(store)
+    memory.add("c", [Event.user("x marks the spot")])
+    with pytest.raises(error):
+        call(memory)
+    assert [e.content for e in memory.history("c")] == ["x marks the spot"]
+
+
+@pytest.mark.parametrize("page,page_size", [(0, 10**20), (10**20, 10), (3, 2**63)])
+def test_huge_pages_are_empty_or_whole_on_every_store(store, page, page_size):
+    memory = fresh_memory(store)
+    memory.add("c", [Event.user("x one"), Event.assistant("x two")])
+    result = memory.search("c", "x", page=page, page_size=page_size)
+    assert result.total == 2
+    assert [h.seq for h in result.hits] == ([1, 2] if page == 0 else [])
+
+
+def test_a_keyword_longer_than_sqlite_patterns_allow_is_matched_on_every_store(store):
+    memory = fresh_memory(store)
+    long_text = "ab" * 40_000
+    memory.add("c", [Event.user(long_text), Event.assistant("short")])
+    assert memory.search("c", long_text[1:-1].upper()).total == 1
+    assert memory.search("c", long_text + "b").total == 0
+
+
+@pytest.mark.parametrize(
+    "answer,stored",
+    [("sum \x00 x", True), ("lone \ud800", False), (5, False), ("  ", False)],
+    ids=["nul", "surrogate", "not-text", "blank"],
+)
+def test_odd_summaries_are_stored_or_reported_alike_on_every_store(store, answer, stored):
+    memory = ChatMemory(store, SUMMARIZING, summarizer=lambda previous, events, upcoming: answer)
+    for i in range(3):
+        memory.add("c", [Event.user(f"u{i}"), Event.assistant("a")])
+    window = memory.window("c")
+    error = memory.stats("c").last_compaction_error
+    if stored:
+        assert window[0].content == answer and error is None
+    else:
+        assert window[0].content == "u0" and error.startswith("SummarizerError")
+    assert sum(1 for e in memory.history("c") if e.is_real) == 6

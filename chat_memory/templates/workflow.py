@@ -177,7 +177,7 @@ def _edges(raw: Any, names: set[str]) -> tuple[tuple[str, str], ...]:
         if not isinstance(edge, Mapping):
             raise WorkflowError(f"edges[{i}] ({edge!r}) must be an object with from and to")
         for end in ("from", "to"):
-            if edge.get(end) not in names:
+            if not isinstance(edge.get(end), str) or edge.get(end) not in names:
                 raise WorkflowError(f"edges[{i}].{end} ({edge.get(end)!r}) is not a top-level node of this workflow")
         edges.append((edge["from"], edge["to"]))
     return tuple(edges)

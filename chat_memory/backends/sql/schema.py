@@ -43,9 +43,14 @@ def stored_search_text(folded: str | None) -> str | None:
     return folded.replace("\x00", NUL_STAND_IN) if folded is not None else None
 
 
+#: Longest term matched by LIKE: SQLite refuses patterns over 50,000 bytes (an escaped
+#: character takes at most 4).
+MAX_PUSHED_DOWN_TERM = 10_000
+
+
 def pushes_down(term: str) -> bool:
-    """True when a LIKE over the search_text column matches ``term`` exactly."""
-    return "\x00" not in term and NUL_STAND_IN not in term
+    """True when a LIKE over the search_text column matches ``term`` exactly (and can be run)."""
+    return "\x00" not in term and NUL_STAND_IN not in term and len(term) <= MAX_PUSHED_DOWN_TERM
 
 
 def stored_message(message: str | None) -> str | None:

@@ -385,7 +385,7 @@ class SQLStore(Store):
                     .where(*where)
                     .order_by(events.c.seq)
                     .offset(query.offset)
-                    .limit(query.limit)
+                    .limit(min(query.limit, total - query.offset))  # a huge page size must not overflow LIMIT
                 ).all()
         found = [Event.from_json(row.body).model_copy(update={"archived": bool(row.archived)}) for row in rows]
         return SearchResult(events=found, total=total)
