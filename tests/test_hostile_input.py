@@ -533,3 +533,22 @@ def test_odd_summaries_are_stored_or_reported_alike_on_every_store(store, answer
     else:
         assert window[0].content == "u0" and error.startswith("SummarizerError")
     assert sum(1 for e in memory.history("c") if e.is_real) == 6
+
+
+def test_every_hostile_id_is_its_own_conversation_on_every_store(store):
+    memory = fresh_memory(store)
+    for n, cid in enumerate(HOSTILE_IDS):
+        memory.add(cid, [Event.user(f"message {n}"), Event.assistant(f"reply {n}")])
+    for n, cid in enumerate(HOSTILE_IDS):
+        assert [e.content for e in memory.history(cid)] == [f"message {n}", f"reply {n}"]
+        assert [h.seq for h in memory.search(cid, f"message {n}").hits] == [1]
+    assert store.conversations() == sorted(HOSTILE_IDS)
+    memory.clear(HOSTILE_IDS[0])
+    assert store.conversations() == sorted(HOSTILE_IDS[1:])
+
+
+def test_a_workflow_edge_that_is_not_a_name_is_refused():
+    source = template_source("compacting-chat")
+    source["edges"][0]["from"] = []
+    with pytest.raises(ConfigurationError, match="edges"):
+        import_workflow(source)
