@@ -63,7 +63,10 @@ class Event(BaseModel):
     def _as_utc(cls, value: datetime) -> datetime:
         if value.tzinfo is None:
             return value.replace(tzinfo=timezone.utc)
-        return value.astimezone(timezone.utc)
+        try:
+            return value.astimezone(timezone.utc)
+        except OverflowError:
+            raise ValueError(f"created_at ({value.isoformat()}) is out of range in UTC") from None
 
     # -- constructors -------------------------------------------------------------------
 

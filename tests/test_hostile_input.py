@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 import json
 import uuid
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -50,7 +51,7 @@ HOSTILE_TEXT = st.text(
     max_size=40,
 )
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**63), 2**63 - 1) | HOSTILE_TEXT,
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False, allow_infinity=False) | HOSTILE_TEXT,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(HOSTILE_TEXT, inner, max_size=3),
     max_leaves=8,
 )
@@ -456,6 +457,31 @@ def test_mutated_templates_import_or_are_refused_and_run_or_fail_cleanly(data):
 def test_random_json_is_refused_as_a_workflow(document):
     with pytest.raises(ConfigurationError):
         import_workflow(document)
+
+
+@pytest.mark.parametrize(
+    "created_at",
+    [datetime.max.replace(tzinfo=timezone(timedelta(hours=-5))), datetime.min.replace(tzinfo=timezone(timedelta(hours=5)))],
+    ids=["after-year-9999-in-utc", "before-year-1-in-utc"],
+)
+def test_a_creation_time_out_of_range_in_utc_is_a_pydantic_error(created_at):
+    with pytest.raises(ValidationError, match="out of range"):
+        Event.user("x", created_at=created_at)
+
+
+def test_extreme_json_values_round_trip_and_deep_nesting_is_refused_alike(store):
+    memory = fresh_memory(store)
+    values = {"big": 2**70, "small": -(2**64), "max": 1e308, "tiny": 5e-324, "negzero": -0.0, "empty": [{}, ""]}
+    edge_times = [datetime.min.replace(tzinfo=timezone.utc), datetime.max.replace(tzinfo=timezone.utc)]
+    stored = memory.add("c", [Event.user("x", metadata=values, created_at=when) for when in edge_times])
+    assert [(e.metadata, e.created_at) for e in memory.history("c")] == [(e.metadata, e.created_at) for e in stored]
+    assert [e.created_at for e in stored] == edge_times
+    deep: Any = "leaf"
+    for _ in range(300):
+        deep = {"k": deep}
+    with pytest.raises(InvalidEventError):
+        memory.add("c", Event.user("too deep", metadata={"deep": deep}))
+    assert len(memory.history("c")) == 2
 
 
 @pytest.mark.parametrize("field", ["content", "tool_name", "tool_call_id", "arguments", "metadata", "created_at", "type"])
