@@ -14,7 +14,7 @@ import sqlalchemy as sa
 from ...errors import ConcurrencyError, ConfigurationError
 from ...events import Event, EventType, Window
 from ...search import MatchMode, SearchQuery, SearchResult, search_events, search_text
-from ..base import Backoff, CompactionPlan, Snapshot, Store, check_conversation_id
+from ..base import Backoff, CompactionPlan, CompactsWhileAppending, Snapshot, Store, check_conversation_id
 from .engine import Transactions, create_store_engine, is_conflict, prepare_sqlite_engine, split_url_options
 from .schema import (
     DEFAULT_TABLE_PREFIX,
@@ -40,7 +40,7 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-class SQLStore(Store):
+class SQLStore(CompactsWhileAppending, Store):
     """Conversations in SQL tables, for the embedded SQLite default and for database servers.
 
     >>> store = SQLStore("sqlite:///chat.db")                      # or open_store("sqlite:///chat.db")
@@ -218,87 +218,111 @@ class SQLStore(Store):
         batch = list(events)
 
         def attempt() -> Snapshot:
-            conversations = self.tables.conversations
             with self._tx.write() as connection:
-                row = self._conversation_row(connection, cid, lock=True)
-                now = _now()
-                if row is None:
-                    ref = connection.execute(
-                        conversations.insert().values(
-                            conversation_key=conversation_key(cid),
-                            conversation_id=cid,
-                            version=0,
-                            last_seq=0,
-                            archived_count=0,
-                            created_at=now,
-                            updated_at=now,
-                        )
-                    ).inserted_primary_key[0]
-                    last_seq, version = 0, 0
-                else:
-                    ref, last_seq, version = row.id, row.last_seq, row.version
-                if batch:
-                    connection.execute(self.tables.events.insert(), self._event_rows(ref, batch, last_seq + 1))
-                connection.execute(
-                    conversations.update()
-                    .where(conversations.c.id == ref)
-                    .values(last_seq=last_seq + len(batch), version=version + 1, updated_at=now)
-                )
-                return self._read_window(connection, cid)
+                return self._append_in(connection, cid, batch)
+
+        return self._retrying(attempt, f"append to conversation {cid!r}")
+
+    def append_compacting(
+        self, conversation_id: str, events: Sequence[Event], planner: Callable[[Snapshot], CompactionPlan | None]
+    ) -> tuple[Snapshot, bool]:
+        cid = check_conversation_id(conversation_id)
+        self._ready()
+        batch = list(events)
+
+        def attempt() -> tuple[Snapshot, bool]:
+            with self._tx.write() as connection:
+                snapshot = self._append_in(connection, cid, batch)
+                plan = planner(snapshot)
+                # the row stays locked since the append, so the compare-and-swap cannot lose
+                return snapshot, plan is not None and self._apply_in(connection, cid, plan)
 
         return self._retrying(attempt, f"append to conversation {cid!r}")
 
     def apply(self, conversation_id: str, plan: CompactionPlan) -> bool:
         cid = check_conversation_id(conversation_id)
         self._ready()
-        cap = plan.max_archived_events if plan.max_archived_events is not None else self.default_max_archived_events
 
         def attempt() -> bool:
-            conversations, events = self.tables.conversations, self.tables.events
             with self._tx.write() as connection:
-                swapped = connection.execute(
-                    conversations.update()
-                    .where(
-                        conversations.c.conversation_key == conversation_key(cid),
-                        conversations.c.version == plan.expected_version,
-                    )
-                    .values(version=conversations.c.version + 1, compaction_error=None, updated_at=_now())
-                )
-                if swapped.rowcount != 1:
-                    return False
-                row = self._conversation_row(connection, cid, lock=False)
-                of_conversation = events.c.conversation_ref == row.id
-                archived = connection.execute(
-                    events.update()
-                    .where(
-                        of_conversation,
-                        events.c.archived == sa.false(),
-                        events.c.seq <= plan.archive_through_seq,
-                        events.c.type.not_in(_NOT_ACTIVE),
-                    )
-                    .values(archived=True)
-                ).rowcount
-                last_seq, summary_seq = row.last_seq, row.summary_seq
-                if plan.summary is not None:
-                    archived += connection.execute(
-                        events.update()
-                        .where(of_conversation, events.c.archived == sa.false(), events.c.type == EventType.SUMMARY.value)
-                        .values(archived=True)
-                    ).rowcount
-                    last_seq += 1
-                    summary_seq = last_seq
-                    connection.execute(events.insert(), self._event_rows(row.id, [plan.summary], last_seq))
-                archived_count = row.archived_count + archived
-                if cap is not None and archived_count > cap:
-                    archived_count -= self._trim(connection, row.id, archived_count - cap)
-                connection.execute(
-                    conversations.update()
-                    .where(conversations.c.id == row.id)
-                    .values(last_seq=last_seq, summary_seq=summary_seq, archived_count=archived_count)
-                )
-                return True
+                return self._apply_in(connection, cid, plan)
 
         return self._retrying(attempt, f"compaction of conversation {cid!r}")
+
+    def _append_in(self, connection: sa.Connection, cid: str, batch: list[Event]) -> Snapshot:
+        """The statements of an append, inside the caller's write transaction."""
+        conversations = self.tables.conversations
+        row = self._conversation_row(connection, cid, lock=True)
+        now = _now()
+        if row is None:
+            ref = connection.execute(
+                conversations.insert().values(
+                    conversation_key=conversation_key(cid),
+                    conversation_id=cid,
+                    version=0,
+                    last_seq=0,
+                    archived_count=0,
+                    created_at=now,
+                    updated_at=now,
+                )
+            ).inserted_primary_key[0]
+            last_seq, version = 0, 0
+        else:
+            ref, last_seq, version = row.id, row.last_seq, row.version
+        if batch:
+            connection.execute(self.tables.events.insert(), self._event_rows(ref, batch, last_seq + 1))
+        connection.execute(
+            conversations.update()
+            .where(conversations.c.id == ref)
+            .values(last_seq=last_seq + len(batch), version=version + 1, updated_at=now)
+        )
+        return self._read_window(connection, cid)
+
+    def _apply_in(self, connection: sa.Connection, cid: str, plan: CompactionPlan) -> bool:
+        """The statements of a compaction, inside the caller's write transaction."""
+        conversations, events = self.tables.conversations, self.tables.events
+        cap = plan.max_archived_events if plan.max_archived_events is not None else self.default_max_archived_events
+        swapped = connection.execute(
+            conversations.update()
+            .where(
+                conversations.c.conversation_key == conversation_key(cid),
+                conversations.c.version == plan.expected_version,
+            )
+            .values(version=conversations.c.version + 1, compaction_error=None, updated_at=_now())
+        )
+        if swapped.rowcount != 1:
+            return False
+        row = self._conversation_row(connection, cid, lock=False)
+        of_conversation = events.c.conversation_ref == row.id
+        archived = connection.execute(
+            events.update()
+            .where(
+                of_conversation,
+                events.c.archived == sa.false(),
+                events.c.seq <= plan.archive_through_seq,
+                events.c.type.not_in(_NOT_ACTIVE),
+            )
+            .values(archived=True)
+        ).rowcount
+        last_seq, summary_seq = row.last_seq, row.summary_seq
+        if plan.summary is not None:
+            archived += connection.execute(
+                events.update()
+                .where(of_conversation, events.c.archived == sa.false(), events.c.type == EventType.SUMMARY.value)
+                .values(archived=True)
+            ).rowcount
+            last_seq += 1
+            summary_seq = last_seq
+            connection.execute(events.insert(), self._event_rows(row.id, [plan.summary], last_seq))
+        archived_count = row.archived_count + archived
+        if cap is not None and archived_count > cap:
+            archived_count -= self._trim(connection, row.id, archived_count - cap)
+        connection.execute(
+            conversations.update()
+            .where(conversations.c.id == row.id)
+            .values(last_seq=last_seq, summary_seq=summary_seq, archived_count=archived_count)
+        )
+        return True
 
     def _trim(self, connection: sa.Connection, ref: int, excess: int) -> int:
         """Delete the ``excess`` oldest archived events; returns how many were deleted."""
