@@ -134,3 +134,13 @@ def test_every_strategy_keeps_every_fact_reachable_on_the_memory_store():
 def test_compacting_strategies_keep_every_fact_reachable_on_every_store(store):
     for strategy in CONFIGS if FULL else CI_STRATEGIES:
         check_recall(store, strategy)
+
+
+def test_the_check_notices_facts_that_the_archive_cap_dropped():
+    # the default cap (1000 archived events) drops the oldest turns of this transcript, by design
+    facts = planted_facts()
+    memory = ChatMemory(MemoryStore(), CONFIGS["turn_window"])
+    for batch in transcript(facts):
+        memory.add("capped", batch)
+    lost = unreachable(memory, "capped", facts)
+    assert lost == [f.key_term for f in facts[: len(lost)]] and 0 < len(lost) < FACTS
