@@ -578,3 +578,33 @@ def test_a_workflow_edge_that_is_not_a_name_is_refused():
     source["edges"][0]["from"] = []
     with pytest.raises(ConfigurationError, match="edges"):
         import_workflow(source)
+
+
+BAD_URLS = [
+    " ",
+    "::::",
+    "nope://x",
+    "\ud800://x",
+    "sqlite:////no-such-dir-\x00/x.db",
+    "sqlite:///{tmp}/a.db?table_prefix=../x",
+    "sqlite:///{tmp}/a.db?table_prefix=%27",
+    "sqlite:///{tmp}/a.db?max_archived_events=abc",
+    "redis://127.0.0.1:1/?prefix=%7B",
+    "redis://127.0.0.1:1/?ttl_seconds=-5",
+    "s3://",
+    "s3://ab",
+    "s3://bucket/p?endpoint_url=notaurl",
+    "s3://bucket/p?region=%00",
+    5,
+    b"sqlite://",
+]
+
+
+@pytest.mark.parametrize("url", BAD_URLS, ids=[repr(u)[:40] for u in BAD_URLS])
+def test_unusable_store_urls_are_configuration_errors(url, tmp_path, aws_env):
+    from chat_memory import open_store
+
+    if isinstance(url, str):
+        url = url.replace("{tmp}", str(tmp_path))
+    with pytest.raises(ConfigurationError):
+        open_store(url)

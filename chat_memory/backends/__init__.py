@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..errors import ConfigurationError
+from ..errors import ChatMemoryError, ConfigurationError
 from .base import CompactionPlan, Snapshot, Store
 from .memory import MemoryStore
 
@@ -50,6 +50,8 @@ def open_store(url: str | None = None, **options: Any) -> Store:
     ``postgresql+psycopg://…``), ``redis://``/``rediss://``, ``redis+cluster://host:port``, or
     ``s3://bucket/prefix?endpoint_url=…&region=…``. Without a URL, the built-in store:
     ``CHAT_MEMORY_URL`` or the embedded SQLite file (see :func:`default_url`)."""
+    if url is not None and not isinstance(url, str):
+        raise ConfigurationError(f"store URL ({url!r}) must be a string")
     url = url or default_url()
     module_name, class_name, extra = _backend_for(url)
     try:
@@ -60,7 +62,15 @@ def open_store(url: str | None = None, **options: Any) -> Store:
         hint = f"pip install 'chat-memory[{extra}]'" if extra else "install its driver"
         raise ConfigurationError(f"the driver for {url.split(':', 1)[0]}:// is missing ({exc.name}); {hint}") from exc
     store_class: type[Store] = getattr(module, class_name)
-    return store_class.from_url(url, **options)
+    scheme = url.split(":", 1)[0]
+    try:
+        return store_class.from_url(url, **options)
+    except ChatMemoryError:
+        raise
+    except ModuleNotFoundError as exc:  # a SQL dialect's driver (pymysql…) is imported when the engine is built
+        raise ConfigurationError(f"the driver for {scheme}:// is missing ({exc.name}); install it") from exc
+    except Exception as exc:  # whatever else a driver says about a URL it cannot use
+        raise ConfigurationError(f"the {scheme}:// store cannot be opened from this URL: {type(exc).__name__}: {exc}") from exc
 
 
 def default_path() -> Path:
