@@ -608,3 +608,31 @@ def test_unusable_store_urls_are_configuration_errors(url, tmp_path, aws_env):
         url = url.replace("{tmp}", str(tmp_path))
     with pytest.raises(ConfigurationError):
         open_store(url)
+
+
+CLI_CASES = [
+    (["history", "-c", "../x"], 0),
+    (["window", "-c", "*"], 0),
+    (["compact", "-c", "{}"], 0),
+    (["search", "-c", "%", "%_"], 0),
+    (["search", "-c", "c", "--", "-ß"], 0),
+    (["search", "-c", "c", "x", "--page", "99999999999999999999999"], 0),
+    (["search", "-c", "c", " "], 2),
+    (["search", "-c", "c", "x", "--page", "-1"], 2),
+    (["history", "-c", "x" * (MAX_CONVERSATION_ID_LENGTH + 1)], 2),
+    (["history", "-c", "a\x00b"], 2),
+    (["history", "--url", "nope://x"], 2),
+    (["history", "--url", "s3://ab"], 2),
+    (["history", "--template", "../compacting-chat"], 2),
+]
+
+
+@pytest.mark.parametrize("argv,code", CLI_CASES, ids=[" ".join(a)[:40] for a, _ in CLI_CASES])
+def test_the_command_line_answers_hostile_arguments_with_a_message(argv, code, tmp_path, monkeypatch, capsys):
+    from chat_memory.cli import main
+
+    monkeypatch.setenv("CHAT_MEMORY_URL", f"sqlite:///{tmp_path / 'cli.db'}")
+    assert main(argv) == code
+    captured = capsys.readouterr()
+    assert "Traceback" not in captured.err
+    assert (captured.err if code else captured.out).strip()
