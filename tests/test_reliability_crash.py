@@ -9,6 +9,7 @@ import os
 import random
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +106,7 @@ def is_shared_add(add_id: str) -> bool:
     return add_id[-1].isdigit()
 
 
-def is_solo_add_of(writer: int) -> Any:
+def is_solo_add_of(writer: int) -> Callable[[str], bool]:
     return lambda add_id: add_id.startswith(f"w{writer}.") and not add_id[-1].isdigit()
 
 
