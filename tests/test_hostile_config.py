@@ -21,7 +21,7 @@ from chat_memory.components import default_registry, memory_settings
 from chat_memory.errors import ConfigurationError
 from chat_memory.scripted_model import scripted_client
 from chat_memory.templates import ChatWorkflow, import_workflow, template_source
-from tests.test_hostile_input import HOSTILE_TEXT, JSON_VALUES, ON_MEMORY
+from tests.test_hostile_input import HOSTILE_TEXT, JSON_VALUES, ON_MEMORY, SCALE
 
 # -- configs, node parameters and workflows ------------------------------------------------------
 
@@ -98,7 +98,7 @@ def mutate(document: Any, draw: Any) -> Any:
     return document
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(data=st.data())
 def test_mutated_templates_import_or_are_refused_and_run_or_fail_cleanly(data):
     source = template_source("compacting-chat")

@@ -6,6 +6,7 @@ events. Settings, workflows, URLs and the command line: test_hostile_config.py."
 
 from __future__ import annotations
 
+import os
 import uuid
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -23,11 +24,12 @@ from chat_memory.search import SearchQuery, search_events, search_text
 from tests.helpers import fixed_tokens
 
 # Every backend is slow next to the memory store; a few examples each still reach every
-# code path, the memory store (the reference) gets many more.
+# code path, the memory store (the reference) gets many more. CHAT_MEMORY_FULL=1: ten times more.
+SCALE = 10 if os.environ.get("CHAT_MEMORY_FULL", "").strip() not in ("", "0") else 1
 ON_EVERY_STORE = settings(
-    max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+    max_examples=12 * SCALE, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
-ON_MEMORY = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+ON_MEMORY = settings(max_examples=150 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # -- what hostile text is made of --------------------------------------------------------------
 

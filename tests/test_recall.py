@@ -4,21 +4,21 @@ replies alike); after it, every fact is in the window (the summary included) or 
 first page of one ``conversation_search`` for its key term — for every strategy.
 
 CI runs all five strategies on the memory store and the template's strategy (turn window)
-on every other backend; ``CHAT_MEMORY_FULL=1`` runs every strategy on every backend."""
+on every other backend; the full-size run (``CHAT_MEMORY_FULL=1`` or ``--full-reliability``)
+runs every strategy on every backend."""
 
 from __future__ import annotations
 
-import os
 import re
 import uuid
 from dataclasses import dataclass
 
 from chat_memory import ChatMemory, Event, MemoryConfig
 from chat_memory.backends.memory import MemoryStore
+from tests.fixtures.reliability import is_full
 
 TURNS = 500
 FACTS = 50
-FULL = os.environ.get("CHAT_MEMORY_FULL") == "1"
 KEY_TERM = re.compile(r"codename-[A-Z]{2}-\d{3}")
 
 CONFIGS = {
@@ -131,8 +131,8 @@ def test_every_strategy_keeps_every_fact_reachable_on_the_memory_store():
         check_recall(MemoryStore(), strategy)
 
 
-def test_compacting_strategies_keep_every_fact_reachable_on_every_store(store):
-    for strategy in CONFIGS if FULL else CI_STRATEGIES:
+def test_compacting_strategies_keep_every_fact_reachable_on_every_store(store, pytestconfig):
+    for strategy in CONFIGS if is_full(pytestconfig) else CI_STRATEGIES:
         check_recall(store, strategy)
 
 

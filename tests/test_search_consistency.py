@@ -14,6 +14,7 @@ from chat_memory import ChatMemory, Event, MemoryConfig
 from chat_memory.backends.memory import MemoryStore
 from chat_memory.errors import SearchError
 from tests.helpers import fixed_tokens
+from tests.test_hostile_input import SCALE
 
 # Few characters, so that keywords often hit; each is tricky for some backend's matcher.
 ALPHABET = "ab AB ßSsİiı̇σςΣ%_*\\[]^$.\x00\u0301\U0001f642"
@@ -65,7 +66,7 @@ def answer(memory: ChatMemory, cid: str, keyword: str, mode: str, page: int, siz
 
 
 @settings(
-    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+    max_examples=25 * SCALE, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
 )
 @given(batches=histories(), config=CONFIGS, data=st.data())
 def test_every_backend_searches_like_the_memory_store(store, batches, config, data):
