@@ -87,6 +87,7 @@ class SQLStore(CompactsWhileAppending, Store):
         self._tx = Transactions(self.engine)
         self._schema_ready = False
         self._schema_lock = threading.Lock()
+        self._build_statements()
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SQLStore:
@@ -136,21 +137,20 @@ class SQLStore(CompactsWhileAppending, Store):
         raise ConcurrencyError(f"{what} lost {self.retry.attempts} races with concurrent writers; giving up") from last
 
     def _conversation_row(self, connection: sa.Connection, cid: str, *, lock: bool) -> Any:
-        conversations = self.tables.conversations
-        query = sa.select(conversations).where(conversations.c.conversation_key == conversation_key(cid))
-        if lock:
-            query = query.with_for_update()
-        return connection.execute(query).first()
+        query = self._row_for_update if lock else self._row
+        return connection.execute(query, {"conversation_key": conversation_key(cid)}).first()
 
-    def window_query(self, conversation_id: str) -> sa.Select[Any]:
-        """The one statement that reads a conversation's row and its window rows (archived =
-        false, by seq): consistent even under READ COMMITTED, and served by the
-        (conversation, archived, seq) index, so it never visits the archive."""
+    def _build_statements(self) -> None:
+        """The statements of every turn, built once: constructing a statement costs more than
+        SQLite takes to run it."""
         conversations, events = self.tables.conversations, self.tables.events
+        by_key = conversations.c.conversation_key == sa.bindparam("conversation_key")
+        self._row = sa.select(conversations).where(by_key)
+        self._row_for_update = self._row.with_for_update()
         joined = conversations.outerjoin(
             events, sa.and_(events.c.conversation_ref == conversations.c.id, events.c.archived == sa.false())
         )
-        return (
+        self._window = (
             sa.select(
                 conversations.c.version,
                 conversations.c.last_seq,
@@ -160,13 +160,18 @@ class SQLStore(CompactsWhileAppending, Store):
                 events.c.body,
             )
             .select_from(joined)
-            .where(conversations.c.conversation_key == conversation_key(conversation_id))
+            .where(by_key)
             .order_by(events.c.seq)
         )
 
+    def window_query(self, conversation_id: str) -> sa.Select[Any]:
+        """The one statement that reads a conversation's row and its window rows (archived =
+        false, by seq): consistent even under READ COMMITTED, and served by the
+        (conversation, archived, seq) index, so it never visits the archive."""
+        return self._window.params(conversation_key=conversation_key(conversation_id))
+
     def _read_window(self, connection: sa.Connection, cid: str) -> Snapshot:
-        query = self.window_query(cid)
-        rows = connection.execute(query).all()
+        rows = connection.execute(self._window, {"conversation_key": conversation_key(cid)}).all()
         if not rows:
             return Snapshot.empty(cid)
         pinned: list[Event] = []
