@@ -6,6 +6,7 @@ events. Settings, workflows, URLs and the command line: test_hostile_config.py."
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from datetime import datetime, timedelta, timezone
@@ -19,6 +20,7 @@ from pydantic import ValidationError
 from chat_memory import ChatMemory, Event, MemoryConfig
 from chat_memory.backends.base import MAX_CONVERSATION_ID_LENGTH
 from chat_memory.backends.memory import MemoryStore
+from chat_memory.render import to_anthropic
 from chat_memory.errors import ConfigurationError, InvalidEventError, InvalidInputError, SearchError
 from chat_memory.search import SearchQuery, search_events, search_text
 from tests.helpers import fixed_tokens
@@ -342,13 +344,26 @@ def test_hostile_input_on_the_memory_store(batches, ids, keyword):
     memory.add(ids[1], Event.user(keyword))
     check_stored_faithfully(memory, ids[0], batches)
     check_searches_like_the_reference(memory, ids[0], keyword)
+    system, messages = to_anthropic(memory.window(ids[0]), system_prompt=keyword)
+    assert isinstance(system, str) and messages[0]["role"] == "user"
+    assert all(a["role"] != b["role"] for a, b in zip(messages, messages[1:]))
     if keyword.strip():
         hits = memory.search(ids[1], keyword, page_size=1000).hits
         assert [h.seq for h in hits] == [1]
 
 
+TOOL_ARGUMENTS = st.fixed_dictionaries(
+    {},
+    optional={
+        "keyword": st.one_of(HOSTILE_TEXT, JSON_VALUES),
+        "page": st.one_of(st.integers(-5, 10**25), JSON_VALUES, st.floats()),
+        "match_mode": st.one_of(st.sampled_from(["phrase", "all", "any", "PHRASE", ""]), JSON_VALUES),
+    },
+)
+
+
 @ON_MEMORY
-@given(arguments=st.one_of(st.none(), JSON_VALUES, st.text(), st.binary()))
+@given(arguments=st.one_of(st.none(), JSON_VALUES, st.text(), st.binary(), TOOL_ARGUMENTS, TOOL_ARGUMENTS.map(json.dumps)))
 def test_the_search_tool_answers_any_arguments_with_text(arguments):
     memory = fresh_memory(MemoryStore())
     memory.add("tool", [Event.user("The codename is Bluefin")])
