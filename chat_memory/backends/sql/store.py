@@ -138,14 +138,34 @@ class SQLStore(CompactsWhileAppending, Store):
 
     def _conversation_row(self, connection: sa.Connection, cid: str, *, lock: bool) -> Any:
         query = self._row_for_update if lock else self._row
-        return connection.execute(query, {"conversation_key": conversation_key(cid)}).first()
+        return connection.execute(query, {"b_key": conversation_key(cid)}).first()
 
     def _build_statements(self) -> None:
         """The statements of every turn, built once: constructing a statement costs more than
         SQLite takes to run it."""
         conversations, events = self.tables.conversations, self.tables.events
-        by_key = conversations.c.conversation_key == sa.bindparam("conversation_key")
+        by_key = conversations.c.conversation_key == sa.bindparam("b_key")
         self._row = sa.select(conversations).where(by_key)
+        self._bump = (
+            conversations.update()
+            .where(conversations.c.id == sa.bindparam("b_ref"))
+            .values(last_seq=sa.bindparam("b_last_seq"), version=sa.bindparam("b_version"), updated_at=sa.bindparam("b_now"))
+        )
+        self._swap = (
+            conversations.update()
+            .where(by_key, conversations.c.version == sa.bindparam("expected_version"))
+            .values(version=conversations.c.version + 1, compaction_error=None, updated_at=sa.bindparam("b_now"))
+        )
+        self._archive_through = (
+            events.update()
+            .where(
+                events.c.conversation_ref == sa.bindparam("b_ref"),
+                events.c.archived == sa.false(),
+                events.c.seq <= sa.bindparam("through_seq"),
+                events.c.type.not_in(_NOT_ACTIVE),
+            )
+            .values(archived=True)
+        )
         self._row_for_update = self._row.with_for_update()
         joined = conversations.outerjoin(
             events, sa.and_(events.c.conversation_ref == conversations.c.id, events.c.archived == sa.false())
@@ -168,10 +188,10 @@ class SQLStore(CompactsWhileAppending, Store):
         """The one statement that reads a conversation's row and its window rows (archived =
         false, by seq): consistent even under READ COMMITTED, and served by the
         (conversation, archived, seq) index, so it never visits the archive."""
-        return self._window.params(conversation_key=conversation_key(conversation_id))
+        return self._window.params(b_key=conversation_key(conversation_id))
 
     def _read_window(self, connection: sa.Connection, cid: str) -> Snapshot:
-        rows = connection.execute(self._window, {"conversation_key": conversation_key(cid)}).all()
+        rows = connection.execute(self._window, {"b_key": conversation_key(cid)}).all()
         if not rows:
             return Snapshot.empty(cid)
         pinned: list[Event] = []
@@ -276,11 +296,7 @@ class SQLStore(CompactsWhileAppending, Store):
             ref, last_seq, version = row.id, row.last_seq, row.version
         if batch:
             connection.execute(self.tables.events.insert(), self._event_rows(ref, batch, last_seq + 1))
-        connection.execute(
-            conversations.update()
-            .where(conversations.c.id == ref)
-            .values(last_seq=last_seq + len(batch), version=version + 1, updated_at=now)
-        )
+        connection.execute(self._bump, {"b_ref": ref, "b_last_seq": last_seq + len(batch), "b_version": version + 1, "b_now": now})
         return self._read_window(connection, cid)
 
     def _apply_in(self, connection: sa.Connection, cid: str, plan: CompactionPlan) -> bool:
@@ -288,26 +304,15 @@ class SQLStore(CompactsWhileAppending, Store):
         conversations, events = self.tables.conversations, self.tables.events
         cap = plan.max_archived_events if plan.max_archived_events is not None else self.default_max_archived_events
         swapped = connection.execute(
-            conversations.update()
-            .where(
-                conversations.c.conversation_key == conversation_key(cid),
-                conversations.c.version == plan.expected_version,
-            )
-            .values(version=conversations.c.version + 1, compaction_error=None, updated_at=_now())
+            self._swap,
+            {"b_key": conversation_key(cid), "expected_version": plan.expected_version, "b_now": _now()},
         )
         if swapped.rowcount != 1:
             return False
         row = self._conversation_row(connection, cid, lock=False)
         of_conversation = events.c.conversation_ref == row.id
         archived = connection.execute(
-            events.update()
-            .where(
-                of_conversation,
-                events.c.archived == sa.false(),
-                events.c.seq <= plan.archive_through_seq,
-                events.c.type.not_in(_NOT_ACTIVE),
-            )
-            .values(archived=True)
+            self._archive_through, {"b_ref": row.id, "through_seq": plan.archive_through_seq}
         ).rowcount
         last_seq, summary_seq = row.last_seq, row.summary_seq
         if plan.summary is not None:
