@@ -186,3 +186,17 @@ def test_the_command_line_answers_hostile_arguments_with_a_message(argv, code, t
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err
     assert (captured.err if code else captured.out).strip()
+
+
+@pytest.mark.parametrize(
+    "message,answered",
+    [("", False), (" ", False), (None, False), (5, False), ("a\ud800b", False), ("\x00", True), ("\u202e" * 3, True), ("x" * 2_000_000, True)],
+    ids=["empty", "blank", "none", "int", "surrogate", "nul", "rtl", "2M-characters"],
+)
+def test_the_template_answers_or_refuses_any_chat_message(message, answered):
+    with ChatWorkflow(import_workflow(template_source("compacting-chat")), client=scripted_client(), store=MemoryStore()) as runner:
+        if answered:
+            assert runner.send("c", message).reply
+        else:
+            with pytest.raises(ChatMemoryError):
+                runner.send("c", message)
