@@ -128,6 +128,7 @@ def test_redis_killed_and_restarted_under_writers(tmp_path, reliability_size):
         server.process.wait()
         wait_until(lambda: all(w.failures for w in writers), "failures while Redis is down", writers)
         server = start_redis(*durable, root=tmp_path / "redis", port=server.port)
+        assert_serves(server)
         before = [w.done for w in writers]
         wait_until(
             lambda: all(w.done >= b + reliability_size.fault_adds for w, b in zip(writers, before)),
@@ -144,6 +145,18 @@ def test_redis_killed_and_restarted_under_writers(tmp_path, reliability_size):
         for store in stores:
             store.close()
         server.stop()
+
+
+def assert_serves(server: Any) -> None:
+    """The server answering on the port is the one we started: another process (a test run
+    next to this one) may have taken the port while it was free."""
+    import redis
+
+    client = redis.Redis(port=server.port)
+    try:
+        assert client.info("server")["process_id"] == server.process.pid, f"port {server.port} was taken meanwhile"
+    finally:
+        client.close()
 
 
 # -- S3 -------------------------------------------------------------------------------------
