@@ -142,25 +142,8 @@ class Event(BaseModel):
 
     @classmethod
     def from_json(cls, data: str | bytes) -> Event:
-        """Read an envelope written by :meth:`to_json`.
-
-        Stores re-read the same window envelopes on every turn; events are immutable values,
-        so a small per-process cache of parsed envelopes (keyed by the exact text) saves
-        parsing them again."""
-        cached = _PARSED_ENVELOPES.get(data) if cls is Event else None
-        if cached is not None:
-            return cached
-        event = cls.model_validate_json(data)
-        if cls is Event and len(data) <= _CACHEABLE_ENVELOPE_CHARS:
-            if len(_PARSED_ENVELOPES) >= _PARSED_ENVELOPES_LIMIT:
-                _PARSED_ENVELOPES.clear()
-            _PARSED_ENVELOPES[data] = event
-        return event
-
-
-_PARSED_ENVELOPES: dict[str | bytes, Event] = {}
-_PARSED_ENVELOPES_LIMIT = 4096
-_CACHEABLE_ENVELOPE_CHARS = 16_384
+        """Read an envelope written by :meth:`to_json`."""
+        return cls.model_validate_json(data)
 
 
 def split_turns(events: Sequence[Event]) -> list[list[Event]]:
