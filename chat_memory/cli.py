@@ -114,7 +114,9 @@ def _fail(exc: BaseException, code: int) -> int:
 
 def _demo(args: argparse.Namespace) -> int:
     with _Session(args) as session:
-        conversation = args.conversation or "demo-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
+        conversation = args.conversation
+        if conversation is None:
+            conversation = "demo-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
         return run_demo(session.runner(args.scripted), session.url, conversation, print)
 
 
@@ -231,7 +233,7 @@ class _Session:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.url = args.url or default_url()
-        self.conversation = args.conversation or DEFAULT_CONVERSATION
+        self.conversation = DEFAULT_CONVERSATION if args.conversation is None else args.conversation
         self.workflow = load_template(args.template)
         self.store: Store = open_store(self.url)
         self._runner: ChatWorkflow | None = None

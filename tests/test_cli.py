@@ -139,6 +139,8 @@ def test_an_empty_memory_conversation(capsys):
         (["templates", "show", "nope"], "unknown template 'nope'"),
         (["templates", "show"], "templates show needs a template name"),
         (["--url", "memory://", "--template", "nope", "window"], "unknown template 'nope'"),
+        (["--url", "memory://", "window", "-c", ""], "Conversation ID ('') must not be blank"),
+        (["--url", "memory://", "demo", "-c", ""], "Conversation ID ('') must not be blank"),
     ],
 )
 def test_usage_and_configuration_errors_exit_2_with_one_line(argv, message, capsys):
