@@ -266,9 +266,10 @@ def _position_key(position: str) -> tuple[int, str]:
     return int(digits), position[len(digits) :]
 
 
-def check_window(memory: ChatMemory, conversation_id: str, history: list[Event]) -> None:
+def check_window(memory: ChatMemory, conversation_id: str, history: list[Event], *, compacted: bool = True) -> None:
     """The window starts at a user event, holds no orphaned tool result, agrees with the
-    history's archived flags, and the archive count matches."""
+    history's archived flags, and the archive count matches; ``compacted``: right after a
+    successful compaction, so the strategy's limit holds too."""
     window = memory.window(conversation_id)
     active = [e for e in window if e.is_real]
     assert active and active[0].type is EventType.USER, f"window of {conversation_id!r} does not start at a user event"
@@ -276,7 +277,8 @@ def check_window(memory: ChatMemory, conversation_id: str, history: list[Event])
     archived = [e for e in history if e.archived]
     assert {e.seq for e in active} == {e.seq for e in history if e.is_real and not e.archived}
     assert memory.stats(conversation_id).archived_events == len(archived)
-    limits(memory, active)
+    if compacted:
+        limits(memory, active)
 
 
 def continue_and_compact(memory: ChatMemory, conversation_id: str, record: AddRecord) -> None:

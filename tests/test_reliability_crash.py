@@ -20,6 +20,7 @@ from tests.reliability_workers import (
     SHARED,
     WriterJob,
     check_history,
+    check_window,
     check_writer_order,
     continue_and_compact,
     forkserver_context,
@@ -174,15 +175,19 @@ def test_sigkilled_writers_leave_a_consistent_store(store_url, strategy, reliabi
     try:
         memory = open_memory(store, strategy)
         shared = record.only(is_shared_add)
-        groups = check_history(memory.history(SHARED), shared)
+        history = memory.history(SHARED)
+        groups = check_history(history, shared)
         check_writer_order(groups, shared)
+        check_window(memory, SHARED, history, compacted=False)
         in_flight = len(record.in_flight)
         present = len(record.in_flight & groups.keys())
         continue_and_compact(memory, SHARED, shared)
         for writer in range(size.crash_writers):
             solo = record.only(is_solo_add_of(writer))
-            solo_groups = check_history(memory.history(f"solo-{writer}"), solo)
+            history = memory.history(f"solo-{writer}")
+            solo_groups = check_history(history, solo)
             check_writer_order(solo_groups, solo)
+            check_window(memory, f"solo-{writer}", history, compacted=False)
             present += len(solo.in_flight & solo_groups.keys())
             continue_and_compact(memory, f"solo-{writer}", solo)
     finally:
