@@ -113,6 +113,10 @@ BAD_WORKFLOWS = {
         lambda d: d["nodes"][1]["parameters"].update(maxToolRounds="many"),
         r"node 'agent_1' \(aiAgent/v1\): Max tool rounds \('many'\) must be a whole number",
     ),
+    "model answer longer than a non-streaming request allows": (
+        lambda d: d["nodes"][1]["clusterElements"]["model"]["parameters"].update(maxTokens=21334),
+        r"node 'model_1' \(anthropicChatModel/v1\): Max tokens \(21334\) must be at most 16384",
+    ),
     "duplicate node name": (
         lambda d: d["nodes"][2].update(name="chat_1"),
         r"node 'chat_1' is defined twice",

@@ -234,9 +234,9 @@ ANTHROPIC_CHAT_MODEL = NodeDefinition(
         ),
         _field(
             "maxTokens",
-            {"type": "integer", "minimum": 1, "default": 1024},
+            {"type": "integer", "minimum": 1, "maximum": 16384, "default": 1024},
             "Max tokens",
-            "Most tokens in one answer.",
+            "Most tokens in one answer (at most 16,384: the runtime makes non-streaming requests).",
             2,
             advanced=True,
         ),

@@ -68,6 +68,8 @@ class FieldSpec:
                 raise ConfigurationError(f"{self.label} ({value!r}) must be a whole number")
             if value < self.schema.get("minimum", value):
                 raise ConfigurationError(f"{self.label} ({value}) must be at least {self.schema['minimum']}")
+            if value > self.schema.get("maximum", value):
+                raise ConfigurationError(f"{self.label} ({value}) must be at most {self.schema['maximum']}")
         elif "boolean" in types and not isinstance(value, bool):
             raise ConfigurationError(f"{self.label} ({value!r}) must be true or false")
         elif "string" in types:
