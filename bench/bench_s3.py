@@ -64,17 +64,10 @@ class Traffic:
 
 
 def start_server() -> tuple[object, str]:
-    from moto.server import ThreadedMotoServer
-
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-    from tests.fixtures.s3 import make_moto_writes_atomic
+    from tests.services.s3 import start_moto_server
 
-    make_moto_writes_atomic()
-    logging.getLogger("werkzeug").setLevel(logging.ERROR)
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    return server, f"http://{host}:{port}"
+    return start_moto_server()
 
 
 def url(endpoint: str, **options: object) -> str:

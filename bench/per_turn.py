@@ -60,20 +60,15 @@ def services(which: set[str]) -> Iterator[dict[str, Callable[[], str]]]:
             stack.callback(rs.stop)
             urls["Redis"] = lambda: f"redis://127.0.0.1:{rs.port}/0?prefix=b{uuid.uuid4().hex[:8]}:"
         if "s3" in which:
-            import logging
             import os
 
-            from moto.server import ThreadedMotoServer
+            from tests.services.s3 import DUMMY_AWS_ENV, start_moto_server
 
-            logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one log line per request otherwise
-
-            os.environ.setdefault("AWS_ACCESS_KEY_ID", "bench")
-            os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "bench")
-            moto = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-            moto.start()
+            for name, value in DUMMY_AWS_ENV.items():
+                os.environ.setdefault(name, value)
+            moto, endpoint = start_moto_server()
             stack.callback(moto.stop)
-            host, port = moto.get_host_and_port()
-            urls["S3 (moto)"] = lambda: f"s3://bench-bucket/{uuid.uuid4().hex[:8]}?endpoint_url=http://{host}:{port}&region=us-east-1"
+            urls["S3 (moto)"] = lambda: f"s3://bench-bucket/{uuid.uuid4().hex[:8]}?endpoint_url={endpoint}&region=us-east-1"
         yield urls
     finally:
         stack.close()
