@@ -105,13 +105,17 @@ class ChatMemory:
             try:
                 self._compact(cid, snapshot, cut)
             except ChatMemoryError as exc:
-                message = f"{type(exc).__name__}: {exc}"
-                log.warning("chat-memory: compaction of %r failed, will retry at the next trigger: %s", cid, message)
-                try:
-                    self.store.record_compaction_error(cid, message)
-                except ChatMemoryError:
-                    log.warning("chat-memory: could not record the compaction error of %r", cid, exc_info=True)
+                log.warning("chat-memory: compaction of %r failed, will retry at the next trigger: %s", cid, exc)
+                self._record_compaction_error(cid, exc)
         return stored
+
+    def _record_compaction_error(self, cid: str, error: ChatMemoryError) -> None:
+        """Keep the reason for stats(); a store too broken to take it is logged, not raised
+        (the original error is the one that matters)."""
+        try:
+            self.store.record_compaction_error(cid, f"{type(error).__name__}: {error}")
+        except ChatMemoryError:
+            log.warning("chat-memory: could not record the compaction error of %r", cid, exc_info=True)
 
     def compact(self, conversation_id: str) -> CompactionResult:
         """Run the strategy now; raises when the summarizer or the store fails."""
@@ -119,7 +123,7 @@ class ChatMemory:
         try:
             return self._compact(cid, self.store.load(cid))
         except ChatMemoryError as exc:
-            self.store.record_compaction_error(cid, f"{type(exc).__name__}: {exc}")
+            self._record_compaction_error(cid, exc)
             raise
 
     def clear(self, conversation_id: str) -> None:
