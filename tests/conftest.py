@@ -6,9 +6,17 @@ multi-process tests). Adding a backend's tests means adding one module there."""
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 
 import pytest
+from hypothesis import settings
+
+# CI explores the same examples on every run (a red CI blocks a landing, so it must be
+# reproducible); local runs keep drawing new ones and find what CI would not.
+settings.register_profile("ci", derandomize=True, print_blob=True)
+if os.environ.get("CI"):
+    settings.load_profile("ci")
 
 pytest.register_assert_rewrite("tests.fixtures", "tests.helpers")
 
