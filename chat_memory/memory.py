@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Iterable
@@ -243,12 +244,7 @@ class ChatMemory:
                 )
                 head = current_head
             else:
-                plan = CompactionPlan(
-                    expected_version=snapshot.version,
-                    archive_through_seq=plan.archive_through_seq,
-                    summary=plan.summary,
-                    max_archived_events=plan.max_archived_events,
-                )
+                plan = dataclasses.replace(plan, expected_version=snapshot.version)
             if self.store.apply(cid, plan):
                 assert cut is not None
                 return CompactionResult(

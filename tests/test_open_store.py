@@ -8,7 +8,7 @@ import pytest
 
 from chat_memory import ConfigurationError, StorageError, open_store
 from chat_memory.backends import default_url
-from chat_memory.backends.base import Store
+from chat_memory.backends.base import CompactsWhileAppending, Store
 from chat_memory.backends.memory import MemoryStore
 
 
@@ -55,4 +55,11 @@ def test_every_backend_exposes_the_same_public_methods():
         assert issubclass(cls, Store)
         assert not inspect.isabstract(cls), f"{class_name} leaves abstract methods"
         for name in public:
-            assert getattr(cls, name) is not None
+            # same parameters as the protocol (the error wrapper keeps the signature visible)
+            ours = list(inspect.signature(getattr(cls, name)).parameters)
+            protocol = list(inspect.signature(getattr(Store, name)).parameters)
+            assert ours[: len(protocol)] == protocol, f"{class_name}.{name}{ours} differs from Store.{name}{protocol}"
+        if issubclass(cls, CompactsWhileAppending):
+            assert list(inspect.signature(cls.append_compacting).parameters) == list(
+                inspect.signature(CompactsWhileAppending.append_compacting).parameters
+            )
