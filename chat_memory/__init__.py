@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .backends import open_store
 from .backends.base import Store
-from .config import CompactionStrategy, MemoryConfig, SummaryPlacement
+from .config import MemoryConfig, SummaryPlacement
 from .errors import (
     ChatMemoryError,
     ConcurrencyError,
@@ -21,10 +21,11 @@ from .errors import (
     SummarizerError,
 )
 from .events import Event, EventType
-from .memory import ChatMemory, CompactionResult, MemoryStats
+from .engine import ChatMemory, CompactionResult, MemoryStats
 from .render import to_anthropic
-from .search import ConversationSearchTool, SearchHit, SearchPage
+from .search import SearchHit, SearchPage
 from .summarizer import AnthropicSummarizer, Summarizer
+from .tools import ConversationSearchTool
 
 __version__ = "0.1.0"
 
@@ -33,7 +34,6 @@ __all__ = [
     "ChatMemory",
     "ChatMemoryError",
     "CompactionResult",
-    "CompactionStrategy",
     "ConcurrencyError",
     "ConfigurationError",
     "ConversationSearchTool",

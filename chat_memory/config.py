@@ -10,16 +10,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 from pydantic.alias_generators import to_camel
 
 from .errors import ConfigurationError
-
-
-class CompactionStrategy(str, Enum):
-    """How the window is kept bounded."""
-
-    NONE = "none"
-    SLIDING_WINDOW = "sliding_window"
-    TURN_WINDOW = "turn_window"
-    TOKEN_COUNT = "token_count"
-    RECURSIVE_SUMMARIZATION = "recursive_summarization"
+from .strategies import strategy_class
 
 
 class SummaryPlacement(str, Enum):
@@ -62,7 +53,8 @@ class MemoryConfig(BaseModel):
         alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, validate_default=True
     )
 
-    compaction_strategy: CompactionStrategy = CompactionStrategy.NONE
+    #: the name of a registered strategy (:mod:`chat_memory.strategies`)
+    compaction_strategy: str = "none"
     max_events: int = 20
     max_turns: int = 10
     max_tokens: int = 4000
@@ -83,6 +75,16 @@ class MemoryConfig(BaseModel):
     def from_mapping(cls, data: dict[str, Any] | None) -> MemoryConfig:
         """Build from a dict of snake_case or camelCase names, ignoring ``None`` values."""
         return cls(**{k: v for k, v in (data or {}).items() if v is not None})
+
+    @field_validator("compaction_strategy", mode="before")
+    @classmethod
+    def _registered_strategy(cls, value: Any) -> str:
+        if isinstance(value, Enum):
+            value = value.value
+        try:
+            return strategy_class(value).name
+        except ConfigurationError as exc:
+            raise _Refusal(str(exc)) from None
 
     @field_validator(*_POSITIVE, "overlap_size", mode="before")
     @classmethod
@@ -107,18 +109,11 @@ class MemoryConfig(BaseModel):
         return value
 
     @model_validator(mode="after")
-    def _summarization_limits(self) -> MemoryConfig:
-        if self.compaction_strategy is CompactionStrategy.RECURSIVE_SUMMARIZATION:
-            if self.max_events <= self.max_events_to_keep:
-                raise _Refusal(
-                    f"Max events ({self.max_events}) must be greater than max events to keep "
-                    f"({self.max_events_to_keep}) for recursive summarization"
-                )
-            if self.overlap_size >= self.max_events_to_keep:
-                raise _Refusal(
-                    f"Overlap size ({self.overlap_size}) must be less than max events to keep "
-                    f"({self.max_events_to_keep}) for recursive summarization"
-                )
+    def _strategy_limits(self) -> MemoryConfig:
+        try:
+            strategy_class(self.compaction_strategy).check_config(self)
+        except ConfigurationError as exc:
+            raise _Refusal(str(exc)) from None
         return self
 
 

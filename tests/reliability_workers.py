@@ -297,7 +297,7 @@ def continue_and_compact(memory: ChatMemory, conversation_id: str, record: AddRe
 def limits(memory: ChatMemory, active: list[Event]) -> None:
     """After a compaction that succeeded the strategy's limit holds."""
     config = memory.config
-    if config.compaction_strategy.value == "turn_window":
+    if config.compaction_strategy == "turn_window":
         assert len(split_turns(active)) <= config.max_turns
     else:
         assert len(active) <= config.max_events

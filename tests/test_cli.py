@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from jsonschema import Draft202012Validator
 
-from chat_memory.cli import build_parser, main
+from chat_memory.host.cli import build_parser, main
 
 EXECUTABLE = Path(sys.executable).with_name("chat-memory")
 DEMO_ID = "five facts ../*%"

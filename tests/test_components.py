@@ -12,12 +12,13 @@ from chat_memory import ConfigurationError, MemoryConfig
 from chat_memory.components import (
     MEMORY_NODE_NAMES,
     NodeRegistry,
-    default_registry,
     memory_node,
     memory_settings,
     parse_type,
 )
-from chat_memory.config import FIELD_LABELS, CompactionStrategy
+from chat_memory.config import FIELD_LABELS
+from chat_memory.strategies import strategy_names
+from chat_memory.host import default_registry
 
 REGISTRY = default_registry()
 V2_MEMORY = [REGISTRY.get(f"{name}/v2") for name in MEMORY_NODE_NAMES]
@@ -96,7 +97,7 @@ def test_labels_and_defaults_come_from_memory_config():
 
 
 @pytest.mark.parametrize("definition", V2_MEMORY, ids=lambda d: d.type)
-@pytest.mark.parametrize("strategy", [s.value for s in CompactionStrategy])
+@pytest.mark.parametrize("strategy", strategy_names())
 def test_show_if_shows_each_strategy_only_the_fields_it_needs(definition, strategy):
     visible = set(definition.visible_fields({"compactionStrategy": strategy}))
     assert visible - CONNECTION[definition.name] == ALWAYS | SHOWN[strategy]
@@ -250,7 +251,7 @@ def test_registry_keeps_version_1_and_version_2():
     v1 = REGISTRY.get("chatMemory/v1")
     assert {f.name for f in v1.fields} == {"conversationId", "maxMessages"}
     settings = memory_settings(v1, {"conversationId": "c", "maxMessages": 6})
-    assert settings.config.compaction_strategy is CompactionStrategy.SLIDING_WINDOW
+    assert settings.config.compaction_strategy == "sliding_window"
     assert settings.config.max_events == 6
     with pytest.raises(ConfigurationError, match=r"^Max messages \(0\) must be greater than 0$"):
         memory_settings(v1, {"conversationId": "c", "maxMessages": 0})

@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 
 from chat_memory import ChatMemory, ConfigurationError, MemoryConfig, open_store
-from chat_memory.config import CompactionStrategy
 
 
 def test_defaults_match_the_design():
     c = MemoryConfig()
-    assert c.compaction_strategy is CompactionStrategy.NONE
+    assert c.compaction_strategy == "none"
     assert (c.max_events, c.max_turns, c.max_tokens, c.max_events_to_keep, c.overlap_size) == (20, 10, 4000, 10, 2)
     assert (c.enable_conversation_search_tool, c.search_page_size, c.max_archived_events) == (False, 10, None)
     assert c.summary_placement.value == "user_message"

@@ -16,11 +16,13 @@ from hypothesis import strategies as st
 
 from chat_memory import ChatMemory, ChatMemoryError, MemoryConfig
 from chat_memory.backends.base import MAX_CONVERSATION_ID_LENGTH
-from chat_memory.backends.memory import MemoryStore
-from chat_memory.components import default_registry, memory_settings
+from chat_memory.backends.in_memory import InMemoryStore
+from chat_memory.components import memory_settings
+from chat_memory.host import default_registry
 from chat_memory.errors import ConfigurationError
-from chat_memory.scripted_model import scripted_client
-from chat_memory.templates import ChatWorkflow, import_workflow, template_source
+from chat_memory.testing.scripted_model import scripted_client
+from chat_memory.host import ChatWorkflow, import_workflow
+from chat_memory.templates import template_source
 from tests.test_hostile_input import HOSTILE_TEXT, JSON_VALUES, ON_MEMORY, SCALE
 
 # -- configs, node parameters and workflows ------------------------------------------------------
@@ -52,7 +54,7 @@ def test_any_config_is_built_or_refused_with_a_configuration_error(parameters):
     except TypeError:
         # Python itself refuses non-identifier keyword names before MemoryConfig runs.
         assume(False)
-    ChatMemory(MemoryStore(), config, summarizer=lambda previous, events, upcoming: "summary")
+    ChatMemory(InMemoryStore(), config, summarizer=lambda previous, events, upcoming: "summary")
 
 
 @ON_MEMORY
@@ -110,7 +112,7 @@ def test_mutated_templates_import_or_are_refused_and_run_or_fail_cleanly(data):
     except ConfigurationError:
         return
     try:
-        with ChatWorkflow(workflow, client=scripted_client(), store=MemoryStore()) as runner:
+        with ChatWorkflow(workflow, client=scripted_client(), store=InMemoryStore()) as runner:
             runner.send("c", "My first fact: codename Bluefin.")
     except ChatMemoryError:
         pass
@@ -179,7 +181,7 @@ CLI_CASES = [
 
 @pytest.mark.parametrize("argv,code", CLI_CASES, ids=[" ".join(a)[:40] for a, _ in CLI_CASES])
 def test_the_command_line_answers_hostile_arguments_with_a_message(argv, code, tmp_path, monkeypatch, capsys):
-    from chat_memory.cli import main
+    from chat_memory.host.cli import main
 
     monkeypatch.setenv("CHAT_MEMORY_URL", f"sqlite:///{tmp_path / 'cli.db'}")
     assert main(argv) == code
@@ -194,7 +196,7 @@ def test_the_command_line_answers_hostile_arguments_with_a_message(argv, code, t
     ids=["empty", "blank", "none", "int", "surrogate", "nul", "rtl", "2M-characters"],
 )
 def test_the_template_answers_or_refuses_any_chat_message(message, answered):
-    with ChatWorkflow(import_workflow(template_source("compacting-chat")), client=scripted_client(), store=MemoryStore()) as runner:
+    with ChatWorkflow(import_workflow(template_source("compacting-chat")), client=scripted_client(), store=InMemoryStore()) as runner:
         if answered:
             assert runner.send("c", message).reply
         else:

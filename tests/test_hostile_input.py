@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from chat_memory import ChatMemory, Event, MemoryConfig
 from chat_memory.backends.base import MAX_CONVERSATION_ID_LENGTH
-from chat_memory.backends.memory import MemoryStore
+from chat_memory.backends.in_memory import InMemoryStore
 from chat_memory.render import to_anthropic
 from chat_memory.errors import ConfigurationError, InvalidEventError, InvalidInputError, SearchError
 from chat_memory.search import SearchQuery, search_events, search_text
@@ -338,7 +338,7 @@ def test_unusable_conversation_ids_are_refused_on_every_store(store, cid):
 @ON_MEMORY
 @given(batches=hostile_batches(), ids=st.lists(CONVERSATION_IDS, min_size=2, max_size=2, unique=True), keyword=HOSTILE_TEXT)
 def test_hostile_input_on_the_memory_store(batches, ids, keyword):
-    memory = fresh_memory(MemoryStore())
+    memory = fresh_memory(InMemoryStore())
     for batch in batches:
         memory.add(ids[0], batch)
     memory.add(ids[1], Event.user(keyword))
@@ -365,7 +365,7 @@ TOOL_ARGUMENTS = st.fixed_dictionaries(
 @ON_MEMORY
 @given(arguments=st.one_of(st.none(), JSON_VALUES, st.text(), st.binary(), TOOL_ARGUMENTS, TOOL_ARGUMENTS.map(json.dumps)))
 def test_the_search_tool_answers_any_arguments_with_text(arguments):
-    memory = fresh_memory(MemoryStore())
+    memory = fresh_memory(InMemoryStore())
     memory.add("tool", [Event.user("The codename is Bluefin")])
     out = memory.search_tool("tool").run(arguments)
     assert isinstance(out.text, str) and out.text

@@ -9,11 +9,11 @@ import pytest
 from chat_memory import ConfigurationError, StorageError, open_store
 from chat_memory.backends import default_url
 from chat_memory.backends.base import CompactsWhileAppending, Store
-from chat_memory.backends.memory import MemoryStore
+from chat_memory.backends.in_memory import InMemoryStore
 
 
 def test_memory_scheme():
-    assert isinstance(open_store("memory://"), MemoryStore)
+    assert isinstance(open_store("memory://"), InMemoryStore)
 
 
 @pytest.mark.parametrize("url", ["ftp://x", "nonsense", "mongodb://localhost"])
@@ -32,7 +32,7 @@ def test_default_url_follows_the_environment(monkeypatch, tmp_path):
 
 
 def test_driver_errors_become_storage_errors():
-    class Broken(MemoryStore):
+    class Broken(InMemoryStore):
         def load(self, conversation_id):
             raise OSError("disk on fire")
 
@@ -46,7 +46,7 @@ def test_every_backend_exposes_the_same_public_methods():
 
     public = {n for n, _ in inspect.getmembers(Store, inspect.isfunction) if not n.startswith("_")}
     for module_name, class_name in [
-        ("chat_memory.backends.memory", "MemoryStore"),
+        ("chat_memory.backends.in_memory", "InMemoryStore"),
         ("chat_memory.backends.sql", "SQLStore"),
         ("chat_memory.backends.redis", "RedisStore"),
         ("chat_memory.backends.s3", "S3Store"),

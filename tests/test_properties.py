@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chat_memory import ChatMemory, Event, EventType, MemoryConfig
-from chat_memory.backends.memory import MemoryStore
+from chat_memory.backends.in_memory import InMemoryStore
 from chat_memory.events import Window, split_turns
 from chat_memory.strategies import safe_cuts, strategy_for
 from tests.helpers import fixed_tokens
@@ -93,7 +93,7 @@ def check_invariants(memory: ChatMemory, cid: str, config: MemoryConfig, added: 
     # limits hold unless only the newest turn is left
     turns = split_turns(active)
     if len(turns) > 1:
-        strategy = config.compaction_strategy.value
+        strategy = config.compaction_strategy
         if strategy == "sliding_window":
             assert len(active) <= config.max_events
         elif strategy == "turn_window":
@@ -115,7 +115,7 @@ def run(memory: ChatMemory, cid: str, config: MemoryConfig, batches: list[list[E
 @settings(max_examples=300, deadline=None)
 @given(config=configs(), batches=conversations())
 def test_invariants_on_the_memory_store(config, batches):
-    memory = ChatMemory(MemoryStore(max_archived_events=None), config, summarizer=summarize, token_counter=fixed_tokens)
+    memory = ChatMemory(InMemoryStore(max_archived_events=None), config, summarizer=summarize, token_counter=fixed_tokens)
     run(memory, "c", config, batches)
 
 
@@ -163,6 +163,6 @@ def test_no_cut_separates_a_tool_pair(active, config):
 @pytest.mark.parametrize("strategy", ["sliding_window", "turn_window", "token_count", "recursive_summarization"])
 def test_a_single_huge_turn_is_kept_whole(strategy):
     config = MemoryConfig(compaction_strategy=strategy, max_events=3, max_events_to_keep=2, overlap_size=0, max_turns=1, max_tokens=10)
-    memory = ChatMemory(MemoryStore(), config, summarizer=summarize, token_counter=fixed_tokens)
+    memory = ChatMemory(InMemoryStore(), config, summarizer=summarize, token_counter=fixed_tokens)
     memory.add("c", [Event.user("go")] + [Event.assistant("word " * 20) for _ in range(10)])
     assert len(memory.window("c")) == 11 and memory.stats("c").archived_events == 0

@@ -14,7 +14,7 @@ import uuid
 from dataclasses import dataclass
 
 from chat_memory import ChatMemory, Event, MemoryConfig
-from chat_memory.backends.memory import MemoryStore
+from chat_memory.backends.in_memory import InMemoryStore
 from tests.fixtures.reliability import is_full
 
 TURNS = 500
@@ -128,7 +128,7 @@ def check_recall(store, strategy: str) -> None:
 
 def test_every_strategy_keeps_every_fact_reachable_on_the_memory_store():
     for strategy in CONFIGS:
-        check_recall(MemoryStore(), strategy)
+        check_recall(InMemoryStore(), strategy)
 
 
 def test_compacting_strategies_keep_every_fact_reachable_on_every_store(store, pytestconfig):
@@ -139,7 +139,7 @@ def test_compacting_strategies_keep_every_fact_reachable_on_every_store(store, p
 def test_the_check_notices_facts_that_the_archive_cap_dropped():
     # the default cap (1000 archived events) drops the oldest turns of this transcript, by design
     facts = planted_facts()
-    memory = ChatMemory(MemoryStore(), CONFIGS["turn_window"])
+    memory = ChatMemory(InMemoryStore(), CONFIGS["turn_window"])
     for batch in transcript(facts):
         memory.add("capped", batch)
     lost = unreachable(memory, "capped", facts)

@@ -13,13 +13,14 @@ import httpx2
 import pytest
 
 from chat_memory import EventType, open_store
-from chat_memory.agent import ROUND_LIMIT_MESSAGE
-from chat_memory.backends.memory import MemoryStore
+from chat_memory.host.agent import ROUND_LIMIT_MESSAGE
+from chat_memory.backends.in_memory import InMemoryStore
 from chat_memory.render import to_anthropic
-from chat_memory.scripted_model import ScriptedModel, scripted_client
+from chat_memory.testing.scripted_model import ScriptedModel, scripted_client
 from chat_memory.summarizer import SUMMARY_SYSTEM_PROMPT
-from chat_memory.templates import ChatWorkflow, import_workflow, load_template, template_source
-from chat_memory.templates.demo import DEMO_MESSAGES, run_demo
+from chat_memory.host import ChatWorkflow, import_workflow, load_template
+from chat_memory.templates import template_source
+from chat_memory.host.demo import DEMO_MESSAGES, run_demo
 
 CID = "conv ../* %{}'\"ü"
 
@@ -92,7 +93,7 @@ TURNS = [
 
 def test_template_run_with_a_tool_use_round_trip_through_the_sdk():
     fake = FakeClaude(searching_claude)
-    store = MemoryStore()
+    store = InMemoryStore()
     runner = ChatWorkflow(load_template("compacting-chat"), client=fake.client(), store=store)
     for turn in TURNS:
         assert runner.send(CID, turn).reply == "Noted."
@@ -144,7 +145,7 @@ def test_tool_errors_go_back_to_the_model_as_is_error_results():
         return message([text("Sorry, the search failed.")])
 
     fake = FakeClaude(respond)
-    runner = ChatWorkflow(load_template("compacting-chat"), client=fake.client(), store=MemoryStore())
+    runner = ChatWorkflow(load_template("compacting-chat"), client=fake.client(), store=InMemoryStore())
     run = runner.send("c", "What did I say first?")
     results = fake.requests[1]["messages"][-1]["content"]
     assert [(r["tool_use_id"], r.get("is_error")) for r in results] == [("t_blank", True), ("t_unknown", True)]
@@ -158,7 +159,7 @@ def test_the_tool_loop_is_bounded_and_every_call_gets_a_result():
     source = copy.deepcopy(template_source("compacting-chat"))
     source["nodes"][1]["parameters"]["maxToolRounds"] = 2
     fake = FakeClaude(lambda body, i: message([tool_use(f"t{i}", {"keyword": "x"})], "tool_use"))
-    runner = ChatWorkflow(import_workflow(source), client=fake.client(), store=MemoryStore())
+    runner = ChatWorkflow(import_workflow(source), client=fake.client(), store=InMemoryStore())
     run = runner.send("c", "Loop forever?")
     assert run.turn.model_calls == 3
     assert [r.get("tool_choice") for r in fake.requests] == [None, None, {"type": "none"}]
@@ -178,7 +179,7 @@ def test_a_crash_mid_turn_loses_nothing_already_answered():
         return message([text("Back again.")])
 
     fake = FakeClaude(respond)
-    runner = ChatWorkflow(load_template("compacting-chat"), client=fake.client(), store=MemoryStore())
+    runner = ChatWorkflow(load_template("compacting-chat"), client=fake.client(), store=InMemoryStore())
     with pytest.raises(anthropic.InternalServerError):
         runner.send("c", "What was the code name?")
     history = runner.memory("c").history("c")
@@ -200,7 +201,7 @@ def test_a_summarizing_memory_uses_its_summarizer_sub_node():
         "enableConversationSearchTool": True,
     }
     model = ScriptedModel()
-    runner = ChatWorkflow(import_workflow(source), client=scripted_client(model), store=MemoryStore())
+    runner = ChatWorkflow(import_workflow(source), client=scripted_client(model), store=InMemoryStore())
     for message_text in DEMO_MESSAGES[:4]:
         runner.send("c", message_text)
     window = runner.memory("c").window("c")
@@ -232,13 +233,13 @@ def test_without_the_search_tool_no_tools_are_sent():
     source = copy.deepcopy(template_source("compacting-chat"))
     source["nodes"][1]["clusterElements"]["memory"]["parameters"]["enableConversationSearchTool"] = False
     fake = FakeClaude(lambda body, i: message([text("ok")]))
-    ChatWorkflow(import_workflow(source), client=fake.client(), store=MemoryStore()).send("c", "What was first?")
+    ChatWorkflow(import_workflow(source), client=fake.client(), store=InMemoryStore()).send("c", "What was first?")
     assert "tools" not in fake.requests[0]
 
 
 def test_the_scripted_demo_searches_and_finds_the_first_fact():
     lines = []
-    runner = ChatWorkflow(load_template("compacting-chat"), client=scripted_client(), store=MemoryStore())
+    runner = ChatWorkflow(load_template("compacting-chat"), client=scripted_client(), store=InMemoryStore())
     assert run_demo(runner, "memory://", "demo-test", lines.append) == 0
     output = "\n".join(lines)
     assert "scripted stand-in model" in output

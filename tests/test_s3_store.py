@@ -13,7 +13,7 @@ import pytest
 
 from chat_memory import ChatMemory, Event, MemoryConfig, open_store
 from chat_memory.backends.base import Backoff, CompactionPlan
-from chat_memory.backends.memory import MemoryStore
+from chat_memory.backends.in_memory import InMemoryStore
 from chat_memory.backends.s3 import S3Store
 from chat_memory.backends.s3.client import make_client, parse_url
 from chat_memory.backends.s3.layout import Layout, conversation_key
@@ -264,7 +264,7 @@ def test_summaries_archived_out_of_order_match_the_reference_store(s3_mock_clien
     """Recursive summarization archives the old summary with events older than it; segments
     must stay in seq order, the cap exact, and history and search equal to the memory store's."""
     operations = [turn(f"topic {i} bluefin" if i % 3 == 0 else f"topic {i}", tool=i % 2 == 0) for i in range(40)]
-    reference = _replay(MemoryStore(max_archived_events=23), operations)
+    reference = _replay(InMemoryStore(max_archived_events=23), operations)
     s3 = _replay(S3Store(s3_mock_client, "ref-bucket", "p", max_archived_events=23, segment_events=5), operations)
     view = lambda events: [(e.seq, e.type, e.content, e.archived) for e in events]  # noqa: E731
     assert view(s3.history("c")) == view(reference.history("c"))
@@ -284,7 +284,7 @@ def test_random_conversations_match_the_reference_store(s3_mock_client, seed):
         max_events_to_keep=2, overlap_size=1, max_tokens=30,
     )
     summarize = lambda previous, events, upcoming: f"summary of {len(events)}"  # noqa: E731
-    reference = ChatMemory(MemoryStore(max_archived_events=cap), config, summarizer=summarize, token_counter=fixed_tokens)
+    reference = ChatMemory(InMemoryStore(max_archived_events=cap), config, summarizer=summarize, token_counter=fixed_tokens)
     store = S3Store(s3_mock_client, "random-bucket", f"s{seed}", max_archived_events=cap, segment_events=rnd.choice([1, 3, 8, 128]))
     s3 = ChatMemory(store, config, summarizer=summarize, token_counter=fixed_tokens)
     for i in range(rnd.randint(5, 40)):

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chat_memory import ChatMemory, Event, MemoryConfig
-from chat_memory.backends.memory import MemoryStore
+from chat_memory.backends.in_memory import InMemoryStore
 from chat_memory.errors import SearchError
 from tests.helpers import fixed_tokens
 from tests.test_hostile_input import SCALE
@@ -72,7 +72,7 @@ def answer(memory: ChatMemory, cid: str, keyword: str, mode: str, page: int, siz
 def test_every_backend_searches_like_the_memory_store(store, batches, config, data):
     cid = f"same-{uuid.uuid4().hex}"
     tested = ChatMemory(store, config, summarizer=summarize, token_counter=fixed_tokens)
-    reference = ChatMemory(MemoryStore(), config, summarizer=summarize, token_counter=fixed_tokens)
+    reference = ChatMemory(InMemoryStore(), config, summarizer=summarize, token_counter=fixed_tokens)
     for batch in batches:
         tested.add(cid, batch)
         reference.add(cid, batch)

@@ -7,7 +7,7 @@ import re
 import jsonschema
 
 from chat_memory import ChatMemory, Event, MemoryConfig, open_store
-from chat_memory.search import snippet
+from chat_memory.tools import snippet
 
 
 def memory_with_history(page_size: int = 3) -> ChatMemory:

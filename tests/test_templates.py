@@ -10,9 +10,10 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from chat_memory import ConfigurationError
-from chat_memory.components import default_registry
-from chat_memory.templates import WorkflowError, import_workflow, load_template, template_names, template_source
-from chat_memory.templates.expressions import references, resolve
+from chat_memory.host import default_registry
+from chat_memory.host import WorkflowError, import_workflow, load_template
+from chat_memory.templates import template_names, template_source
+from chat_memory.host.expressions import references, resolve
 
 TEMPLATE = template_source("compacting-chat")
 

@@ -9,15 +9,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import ChatMemoryError, ConfigurationError
-from .base import CompactionPlan, Snapshot, Store
-from .memory import MemoryStore
+from .base import CompactionPlan, Snapshot, Store, check_conversation_id
+from .in_memory import InMemoryStore
 
 ENV_URL = "CHAT_MEMORY_URL"
 
 # scheme -> (module, class, pip extra). Modules are imported lazily so that a missing driver
 # only matters to the user of that backend.
 _BACKENDS: dict[str, tuple[str, str, str | None]] = {
-    "memory": ("chat_memory.backends.memory", "MemoryStore", None),
+    "memory": ("chat_memory.backends.in_memory", "InMemoryStore", None),
     "redis": ("chat_memory.backends.redis", "RedisStore", "redis"),
     "rediss": ("chat_memory.backends.redis", "RedisStore", "redis"),
     "redis+cluster": ("chat_memory.backends.redis", "RedisStore", "redis"),
@@ -90,4 +90,4 @@ def default_url() -> str:
     return f"sqlite:///{path}"
 
 
-__all__ = ["ENV_URL", "CompactionPlan", "MemoryStore", "Snapshot", "Store", "default_path", "default_url", "open_store"]
+__all__ = ["ENV_URL", "CompactionPlan", "InMemoryStore", "Snapshot", "Store", "check_conversation_id", "default_path", "default_url", "open_store"]

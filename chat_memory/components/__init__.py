@@ -1,16 +1,17 @@
-"""Canvas nodes over the engine: the five Chat Memory components (same memory fields,
-different storage), the chat template's nodes, and the registry that maps ``name/vN`` to
-a definition."""
+"""The Chat Memory canvas nodes as data: five components with the same memory fields and
+different storage, derived from :class:`~chat_memory.MemoryConfig`, the registered
+strategies and the registered stores; plus the generic node model (definitions, fields, a
+registry by ``name/vN``) that a workflow host builds on."""
 
 from __future__ import annotations
 
-from .definitions import ClusterSlot, NodeDefinition, builtin_definitions, memory_node
+from .definitions import ClusterSlot, NodeDefinition, memory_definitions, memory_node
 from .fields import FieldSpec
-from .memory_nodes import MemoryNodeSettings, memory_settings
-from .registry import NodeRegistry, default_registry, parse_type
+from .registry import NodeRegistry, parse_type
+from .settings import MemoryNodeSettings, memory_settings
 
 #: The version-2 Chat Memory node names, one per storage.
-MEMORY_NODE_NAMES = ("chatMemory", "jdbcChatMemory", "redisChatMemory", "awsS3ChatMemory", "inMemoryChatMemory")
+MEMORY_NODE_NAMES = tuple(d.name for d in memory_definitions() if d.version == 2)
 
 __all__ = [
     "MEMORY_NODE_NAMES",
@@ -19,8 +20,7 @@ __all__ = [
     "MemoryNodeSettings",
     "NodeDefinition",
     "NodeRegistry",
-    "builtin_definitions",
-    "default_registry",
+    "memory_definitions",
     "memory_node",
     "memory_settings",
     "parse_type",

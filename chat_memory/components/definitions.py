@@ -12,8 +12,8 @@ from .fields import (
     CONNECTION_FIELDS,
     CONVERSATION_ID,
     MAX_MESSAGES_V1,
-    MEMORY_FIELDS,
-    SUMMARIZER_MODEL,
+    memory_fields,
+    summarizing_strategies,
     FieldSpec,
     ShowIf,
 )
@@ -146,9 +146,13 @@ _STORAGE_TITLES = {
     "s3": ("awsS3ChatMemory", "AWS S3 Chat Memory", "Chat memory in an S3 bucket (conditional writes)."),
     "memory": ("inMemoryChatMemory", "In-Memory Chat Memory", "Chat memory in this process only; lost on restart."),
 }
-_SUMMARIZER_SLOT = ClusterSlot(
-    "summarizerModel", "Summarizer model", (MODEL,), show_if={"compactionStrategy": ["recursive_summarization"]}
-)
+
+
+def summarizer_slot() -> ClusterSlot:
+    """Where a summarizer model sub-node attaches, shown for the strategies that summarise."""
+    return ClusterSlot(
+        "summarizerModel", "Summarizer model", (MODEL,), show_if={"compactionStrategy": summarizing_strategies()}
+    )
 
 
 def memory_node(storage: str, version: int = 2) -> NodeDefinition:
@@ -156,8 +160,8 @@ def memory_node(storage: str, version: int = 2) -> NodeDefinition:
     version 1 the old plain message-count window."""
     name, title, description = _STORAGE_TITLES[storage]
     if version == 2:
-        fields = (CONVERSATION_ID, *MEMORY_FIELDS, SUMMARIZER_MODEL, *CONNECTION_FIELDS[storage])
-        slots: tuple[ClusterSlot, ...] = (_SUMMARIZER_SLOT,)
+        fields = (CONVERSATION_ID, *memory_fields(), *CONNECTION_FIELDS[storage])
+        slots: tuple[ClusterSlot, ...] = (summarizer_slot(),)
     elif version == 1:
         fields, slots = (CONVERSATION_ID, MAX_MESSAGES_V1, *CONNECTION_FIELDS[storage]), ()
         description += " Version 1: a plain message-count window."
@@ -166,99 +170,9 @@ def memory_node(storage: str, version: int = 2) -> NodeDefinition:
     return NodeDefinition(name, version, title, description, MEMORY, fields, (), slots, storage)
 
 
-def _field(name: str, schema: dict[str, Any], label: str, description: str, order: int, **hints: Any) -> FieldSpec:
-    return FieldSpec(name, schema, label, description, order, **hints)
-
-
-NEW_CHAT_REQUEST = NodeDefinition(
-    "newChatRequest",
-    1,
-    "New Chat Request",
-    "Starts a run for every chat message.",
-    TRIGGER,
-    outputs=("conversationId", "message"),
-)
-AI_AGENT = NodeDefinition(
-    "aiAgent",
-    1,
-    "AI Agent",
-    "Answers with a model, remembers with a Chat Memory sub-node, and uses its tools.",
-    AGENT,
-    fields=(
-        _field(
-            "userMessage",
-            {"type": "string", "minLength": 1},
-            "User message",
-            "What the user said.",
-            1,
-            required=True,
-            placeholder="${chat_1.message}",
-        ),
-        _field(
-            "systemPrompt",
-            {"type": "string", "default": ""},
-            "System prompt",
-            "Instructions for the model.",
-            2,
-            extra_ui={"multiline": True},
-        ),
-        _field(
-            "maxToolRounds",
-            {"type": "integer", "minimum": 1, "default": 8},
-            "Max tool rounds",
-            "Most model calls that may use tools in one turn.",
-            3,
-            advanced=True,
-        ),
-    ),
-    outputs=("text", "conversationId", "toolCalls"),
-    cluster_elements=(
-        ClusterSlot("model", "Chat model", (MODEL,), required=True),
-        ClusterSlot("memory", "Memory", (MEMORY,)),
-    ),
-)
-ANTHROPIC_CHAT_MODEL = NodeDefinition(
-    "anthropicChatModel",
-    1,
-    "Anthropic Claude",
-    "A Claude model through the Anthropic Messages API.",
-    MODEL,
-    fields=(
-        _field(
-            "model",
-            {"type": "string", "minLength": 1, "default": "claude-sonnet-5-5"},
-            "Model",
-            "Model name.",
-            1,
-            required=True,
-        ),
-        _field(
-            "maxTokens",
-            {"type": "integer", "minimum": 1, "maximum": 16384, "default": 1024},
-            "Max tokens",
-            "Most tokens in one answer (at most 16,384: the runtime makes non-streaming requests).",
-            2,
-            advanced=True,
-        ),
-    ),
-)
-REPLY = NodeDefinition(
-    "reply",
-    1,
-    "Reply",
-    "Sends the answer back to the chat.",
-    ACTION,
-    fields=(
-        _field("text", {"type": "string"}, "Text", "What to send.", 1, required=True, placeholder="${agent_1.text}"),
-    ),
-    outputs=("text",),
-)
-
 MEMORY_STORAGES = tuple(_STORAGE_TITLES)
 
 
-def builtin_definitions() -> list[NodeDefinition]:
-    """Every node this package ships: the five Chat Memory nodes (v2, and v1 kept for old
-    workflows) and the nodes of the chat template."""
-    memory = [memory_node(storage, version) for storage in MEMORY_STORAGES for version in (2, 1)]
-    return [*memory, NEW_CHAT_REQUEST, AI_AGENT, ANTHROPIC_CHAT_MODEL, REPLY]
+def memory_definitions() -> list[NodeDefinition]:
+    """The five Chat Memory nodes: version 2, and version 1 kept for old workflows."""
+    return [memory_node(storage, version) for storage in MEMORY_STORAGES for version in (2, 1)]

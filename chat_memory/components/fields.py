@@ -9,14 +9,14 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from ..config import FIELD_LABELS, CompactionStrategy, MemoryConfig, SummaryPlacement
+from ..config import FIELD_LABELS, MemoryConfig, SummaryPlacement
 from ..errors import ConfigurationError
+from ..strategies import strategy_class, strategy_names
 
 #: ``showIf`` maps another field's name to the values that show this field: keys AND, values OR.
 ShowIf = Mapping[str, list[Any]]
 
-_SUMMARIZING = [CompactionStrategy.RECURSIVE_SUMMARIZATION.value]
-_COMPACTING = [s.value for s in CompactionStrategy if s is not CompactionStrategy.NONE]
+_POSITIVE_INT: dict[str, Any] = {"type": "integer", "minimum": 1}
 
 
 @dataclass(frozen=True)
@@ -93,10 +93,6 @@ def _memory_field(name: str, schema: dict[str, Any], description: str, order: in
     return FieldSpec(alias, schema, FIELD_LABELS[name], description, order, **hints)
 
 
-def _positive(name: str, description: str, order: int, **hints: Any) -> FieldSpec:
-    return _memory_field(name, {"type": "integer", "minimum": 1}, description, order, **hints)
-
-
 CONVERSATION_ID = FieldSpec(
     "conversationId",
     {"type": "string", "minLength": 1},
@@ -107,94 +103,81 @@ CONVERSATION_ID = FieldSpec(
     placeholder="${chat_1.conversationId}",
 )
 
-#: The memory fields of every version-2 Chat Memory node, in canvas order.
-MEMORY_FIELDS: tuple[FieldSpec, ...] = (
-    _memory_field(
-        "compaction_strategy",
-        {"type": "string", "enum": [s.value for s in CompactionStrategy]},
-        "How the window the model sees is kept bounded; compacted turns are archived, never deleted.",
-        1,
-        extra_ui={
-            "options": {
-                "none": "None (keep everything in view)",
-                "sliding_window": "Sliding window (by events)",
-                "turn_window": "Turn window (by turns)",
-                "token_count": "Token count",
-                "recursive_summarization": "Recursive summarization",
-            }
-        },
-    ),
-    _positive(
-        "max_events",
-        "Most real events (messages, tool calls, tool results) kept in view before compaction.",
-        2,
-        show_if={"compactionStrategy": ["sliding_window", "recursive_summarization"]},
-    ),
-    _positive(
-        "max_turns",
-        "Most turns (a user message and everything after it) kept in view.",
-        3,
-        show_if={"compactionStrategy": ["turn_window"]},
-    ),
-    _positive(
-        "max_tokens",
-        "Most estimated tokens in view (pinned instructions and summary included).",
-        4,
-        show_if={"compactionStrategy": ["token_count"]},
-    ),
-    _positive(
-        "max_events_to_keep",
-        "Newest events kept in view when older ones are summarised.",
-        5,
-        show_if={"compactionStrategy": _SUMMARIZING},
-    ),
-    _memory_field(
-        "overlap_size",
-        {"type": "integer", "minimum": 0},
-        "Kept events the summarizer also sees as upcoming context (not summarised).",
-        6,
-        show_if={"compactionStrategy": _SUMMARIZING},
-    ),
-    _memory_field(
-        "summary_placement",
-        {"type": "string", "enum": [p.value for p in SummaryPlacement]},
-        "Where the model sees the summary: as a leading user message or in the system prompt.",
-        7,
-        show_if={"compactionStrategy": _SUMMARIZING},
-        advanced=True,
-    ),
-    _memory_field(
-        "enable_conversation_search_tool",
-        {"type": "boolean"},
-        "Give the agent the conversation_search tool over the whole history, archive included.",
-        9,
-    ),
-    _positive(
-        "search_page_size",
-        "Results per page of conversation_search.",
-        10,
-        advanced=True,
-        show_if={"enableConversationSearchTool": [True]},
-    ),
-    _memory_field(
-        "max_archived_events",
-        {"type": ["integer", "null"], "minimum": 1},
-        "Oldest archived events beyond this many are dropped; empty means the storage's default.",
-        11,
-        advanced=True,
-        show_if={"compactionStrategy": _COMPACTING},
-    ),
+#: The memory fields of the version-2 nodes, in canvas order: (config field, JSON Schema,
+#: description, advanced). Which strategies show a field comes from the strategies' own
+#: declarations (:func:`shown_for`), so a new strategy needs no edit here.
+_MEMORY_FIELD_TEXTS: tuple[tuple[str, dict[str, Any], str, bool], ...] = (
+    ("compaction_strategy", {"type": "string"},
+     "How the window the model sees is kept bounded; compacted turns are archived, never deleted.", False),
+    ("max_events", _POSITIVE_INT,
+     "Most real events (messages, tool calls, tool results) kept in view before compaction.", False),
+    ("max_turns", _POSITIVE_INT, "Most turns (a user message and everything after it) kept in view.", False),
+    ("max_tokens", _POSITIVE_INT, "Most estimated tokens in view (pinned instructions and summary included).", False),
+    ("max_events_to_keep", _POSITIVE_INT, "Newest events kept in view when older ones are summarised.", False),
+    ("overlap_size", {"type": "integer", "minimum": 0},
+     "Kept events the summarizer also sees as upcoming context (not summarised).", False),
+    ("summary_placement", {"type": "string", "enum": [p.value for p in SummaryPlacement]},
+     "Where the model sees the summary: as a leading user message or in the system prompt.", True),
+    ("enable_conversation_search_tool", {"type": "boolean"},
+     "Give the agent the conversation_search tool over the whole history, archive included.", False),
+    ("search_page_size", _POSITIVE_INT, "Results per page of conversation_search.", True),
+    ("max_archived_events", {"type": ["integer", "null"], "minimum": 1},
+     "Oldest archived events beyond this many are dropped; empty means the storage's default.", True),
 )
+#: Memory fields every strategy shows, and those that follow another field instead.
+_ALWAYS_SHOWN = frozenset({"compaction_strategy", "enable_conversation_search_tool"})
+_SHOWN_BY_FIELD: dict[str, ShowIf] = {"search_page_size": {"enableConversationSearchTool": [True]}}
 
-SUMMARIZER_MODEL = FieldSpec(
-    "summarizerModel",
-    {"type": ["string", "null"]},
-    "Summarizer model",
-    "The (smaller) model that writes summaries; or attach a model sub-node to the summarizerModel slot.",
-    order=8,
-    show_if={"compactionStrategy": _SUMMARIZING},
-    placeholder="claude-haiku-5-5",
-)
+
+def shown_for(config_field: str) -> list[str]:
+    """The strategies for which the canvas shows a config field: those listing it in their
+    ``settings``, every compacting one for the archive cap."""
+    shown = []
+    for name in strategy_names():
+        strategy = strategy_class(name)
+        if config_field in strategy.settings or (config_field == "max_archived_events" and strategy.compacts):
+            shown.append(name)
+    return shown
+
+
+def summarizing_strategies() -> list[str]:
+    """The strategies that need a summarizer model."""
+    return [name for name in strategy_names() if strategy_class(name).summarizes]
+
+
+def memory_fields() -> tuple[FieldSpec, ...]:
+    """The memory fields of every version-2 Chat Memory node, in canvas order (the summarizer
+    model field among them), built from the registered strategies."""
+    fields: list[FieldSpec] = []
+    for name, schema, description, advanced in _MEMORY_FIELD_TEXTS:
+        order = len(fields) + 1
+        hints: dict[str, Any] = {"advanced": advanced}
+        if name == "compaction_strategy":
+            names = strategy_names()
+            schema = {**schema, "enum": names}
+            hints["extra_ui"] = {"options": {n: strategy_class(n).label for n in names}}
+        elif name in _SHOWN_BY_FIELD:
+            hints["show_if"] = _SHOWN_BY_FIELD[name]
+        elif name not in _ALWAYS_SHOWN:
+            hints["show_if"] = {"compactionStrategy": shown_for(name)}
+        fields.append(_memory_field(name, schema, description, order, **hints))
+        if name == "summary_placement":
+            fields.append(summarizer_model_field(order + 1))
+    return tuple(fields)
+
+
+def summarizer_model_field(order: int) -> FieldSpec:
+    """The field naming the summarizer model, shown for the strategies that summarise."""
+    return FieldSpec(
+        "summarizerModel",
+        {"type": ["string", "null"]},
+        "Summarizer model",
+        "The (smaller) model that writes summaries; or attach a model sub-node to the summarizerModel slot.",
+        order=order,
+        show_if={"compactionStrategy": summarizing_strategies()},
+        placeholder="claude-haiku-5-5",
+    )
+
 
 #: The only setting of the version-1 nodes: a plain message-count window.
 MAX_MESSAGES_V1 = FieldSpec(

@@ -3,12 +3,11 @@ that workflows saved with them still load."""
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterable
 
 from ..errors import ConfigurationError
-from .definitions import NodeDefinition, builtin_definitions
+from .definitions import NodeDefinition
 
 _TYPE_PATTERN = re.compile(r"^(?P<name>[A-Za-z][A-Za-z0-9_]*)/v(?P<version>[1-9][0-9]*)$")
 
@@ -73,9 +72,3 @@ class NodeRegistry:
         except ConfigurationError:
             return False
         return True
-
-
-@functools.lru_cache(maxsize=1)
-def default_registry() -> NodeRegistry:
-    """The registry of every node this package ships."""
-    return NodeRegistry(builtin_definitions())

@@ -1,31 +1,19 @@
-"""Compaction strategies: pure functions from a window to a cut. One module per strategy."""
+"""Compaction strategies: pure functions from a window to a cut, one module per strategy.
+
+Each module's :class:`Strategy` subclass registers itself by its ``name``; importing this
+package imports the built-in ones. A strategy of your own is a subclass in your own module
+(imported before the config that names it is built)."""
 
 from __future__ import annotations
 
-from ..config import CompactionStrategy, MemoryConfig
-from .base import Cut, Strategy, choose_cut, safe_cuts
+from .base import Cut, Strategy, choose_cut, safe_cuts, strategy_class, strategy_for, strategy_names
 from .none import NoCompaction
-from .recursive_summarization import RecursiveSummarization
 from .sliding_window import SlidingWindow
-from .token_count import TokenCount
 from .turn_window import TurnWindow
-
-STRATEGIES: dict[CompactionStrategy, type[Strategy]] = {
-    CompactionStrategy.NONE: NoCompaction,
-    CompactionStrategy.SLIDING_WINDOW: SlidingWindow,
-    CompactionStrategy.TURN_WINDOW: TurnWindow,
-    CompactionStrategy.TOKEN_COUNT: TokenCount,
-    CompactionStrategy.RECURSIVE_SUMMARIZATION: RecursiveSummarization,
-}
-
-
-def strategy_for(config: MemoryConfig) -> Strategy:
-    """The strategy a config selects."""
-    return STRATEGIES[config.compaction_strategy](config)
-
+from .token_count import TokenCount
+from .recursive_summarization import RecursiveSummarization
 
 __all__ = [
-    "STRATEGIES",
     "Cut",
     "NoCompaction",
     "RecursiveSummarization",
@@ -35,5 +23,7 @@ __all__ = [
     "TurnWindow",
     "choose_cut",
     "safe_cuts",
+    "strategy_class",
     "strategy_for",
+    "strategy_names",
 ]

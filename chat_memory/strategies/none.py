@@ -10,6 +10,8 @@ class NoCompaction(Strategy):
     """Never compacts; the window is the whole conversation."""
 
     name = "none"
+    label = "None (keep everything in view)"
+    compacts = False
 
     def plan(self, window: Window) -> Cut | None:
         return None

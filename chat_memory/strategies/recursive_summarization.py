@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from ..errors import ConfigurationError
 from ..events import Event, Window
 from .base import Cut, Strategy, choose_cut
+
+if TYPE_CHECKING:
+    from ..config import MemoryConfig
 
 
 class RecursiveSummarization(Strategy):
@@ -13,7 +19,22 @@ class RecursiveSummarization(Strategy):
     from running on every turn."""
 
     name = "recursive_summarization"
+    label = "Recursive summarization"
+    settings = ("max_events", "max_events_to_keep", "overlap_size", "summary_placement")
     summarizes = True
+
+    @classmethod
+    def check_config(cls, config: MemoryConfig) -> None:
+        if config.max_events <= config.max_events_to_keep:
+            raise ConfigurationError(
+                f"Max events ({config.max_events}) must be greater than max events to keep "
+                f"({config.max_events_to_keep}) for recursive summarization"
+            )
+        if config.overlap_size >= config.max_events_to_keep:
+            raise ConfigurationError(
+                f"Overlap size ({config.overlap_size}) must be less than max events to keep "
+                f"({config.max_events_to_keep}) for recursive summarization"
+            )
 
     def plan(self, window: Window) -> Cut | None:
         if len(window.active) <= self.config.max_events:

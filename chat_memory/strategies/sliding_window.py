@@ -11,6 +11,8 @@ class SlidingWindow(Strategy):
     ``max_events`` remain, the cut moved forward to the next turn start."""
 
     name = "sliding_window"
+    label = "Sliding window (by events)"
+    settings = ("max_events",)
 
     def plan(self, window: Window) -> Cut | None:
         return choose_cut(window.active, len(window.active) - self.config.max_events)

@@ -11,6 +11,8 @@ class TokenCount(Strategy):
     the oldest turns until the window fits, or only the newest turn is left."""
 
     name = "token_count"
+    label = "Token count"
+    settings = ("max_tokens",)
 
     def plan(self, window: Window) -> Cut | None:
         total = window.tokens()

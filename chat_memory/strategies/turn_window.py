@@ -10,6 +10,8 @@ class TurnWindow(Strategy):
     """Over ``max_turns`` turns, archive the oldest turns until ``max_turns`` remain."""
 
     name = "turn_window"
+    label = "Turn window (by turns)"
+    settings = ("max_turns",)
 
     def plan(self, window: Window) -> Cut | None:
         starts = turn_starts(window.active)

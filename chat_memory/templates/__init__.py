@@ -1,27 +1,29 @@
-"""Workflow templates: the JSON format and its import (``workflow``), ``${node.output}``
-expressions, the bundled templates (``compacting-chat``) and the runtime that runs them."""
+"""The workflow templates shipped with chat-memory (``compacting-chat``…), as JSON files.
+
+This package only finds and reads them; importing and running a template is the host's job
+(:func:`chat_memory.host.load_template`, :class:`chat_memory.host.ChatWorkflow`)."""
 
 from __future__ import annotations
 
-from .runtime import ChatRun, ChatWorkflow
-from .workflow import (
-    Workflow,
-    WorkflowError,
-    WorkflowNode,
-    import_workflow,
-    load_template,
-    template_names,
-    template_source,
-)
+import json
+from importlib import resources
+from typing import Any
 
-__all__ = [
-    "ChatRun",
-    "ChatWorkflow",
-    "Workflow",
-    "WorkflowError",
-    "WorkflowNode",
-    "import_workflow",
-    "load_template",
-    "template_names",
-    "template_source",
-]
+from ..errors import ConfigurationError
+
+
+def template_names() -> list[str]:
+    """Names of the bundled templates (``compacting-chat``…)."""
+    folder = resources.files(__package__)
+    return sorted(p.name[: -len(".json")] for p in folder.iterdir() if p.name.endswith(".json"))
+
+
+def template_source(name: str) -> dict[str, Any]:
+    """A bundled template's JSON, as a dict; an unknown name is a :class:`ConfigurationError`
+    that lists the templates."""
+    if name not in template_names():
+        raise ConfigurationError(f"unknown template {name!r}; templates: {', '.join(template_names())}")
+    return json.loads(resources.files(__package__).joinpath(f"{name}.json").read_text(encoding="utf-8"))
+
+
+__all__ = ["template_names", "template_source"]

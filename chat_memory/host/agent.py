@@ -11,11 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import ChatMemoryError
-from .events import Event
-from .memory import ChatMemory
-from .render import to_anthropic
-from .search import ConversationSearchTool, ToolOutput
+from .. import ChatMemory, ChatMemoryError, Event, to_anthropic
+from ..tools import ConversationSearchTool, ToolOutput
 
 #: Model calls in one turn that may use tools; one more call (tools disabled) must answer.
 DEFAULT_MAX_TOOL_ROUNDS = 8

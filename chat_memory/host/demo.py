@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
-from ..events import EventType
+from .. import EventType
+from ..testing.scripted_model import API_KEY, LABEL
 from .runtime import ChatWorkflow
 
 FIRST_FACT_KEYWORD = "Bluefin"
@@ -32,7 +33,6 @@ def _short(text: str, width: int = 160) -> str:
 def run_demo(runner: ChatWorkflow, store_url: str, conversation_id: str, out: Callable[[str], None] = print) -> int:
     """Run the demo conversation, print it with the window and archive after each turn, and
     return 0 when the agent searched and found the first fact (1 otherwise)."""
-    from ..scripted_model import API_KEY, LABEL
 
     workflow = runner.workflow
     settings = runner.memory_settings(conversation_id)
@@ -45,7 +45,7 @@ def run_demo(runner: ChatWorkflow, store_url: str, conversation_id: str, out: Ca
     out(f"conversation: {conversation_id}")
     config = settings.config
     out(
-        f"memory:       {config.compaction_strategy.value}, max turns {config.max_turns}, "
+        f"memory:       {config.compaction_strategy}, max turns {config.max_turns}, "
         f"conversation_search {'on' if config.enable_conversation_search_tool else 'off'}"
     )
     memory = runner.memory(conversation_id)

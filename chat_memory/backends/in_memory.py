@@ -33,7 +33,7 @@ class _Conversation:
     compaction_error: str | None = None
 
 
-class MemoryStore(CompactsWhileAppending, Store):
+class InMemoryStore(CompactsWhileAppending, Store):
     """Keeps conversations in a dict guarded by one lock. ``memory://`` URLs open a fresh one."""
 
     schemes = ("memory",)
@@ -45,7 +45,7 @@ class MemoryStore(CompactsWhileAppending, Store):
         self._lock = threading.RLock()
 
     @classmethod
-    def from_url(cls, url: str, **options: Any) -> MemoryStore:
+    def from_url(cls, url: str, **options: Any) -> InMemoryStore:
         return cls(**options)
 
     def _snapshot(self, cid: str, conv: _Conversation) -> Snapshot:

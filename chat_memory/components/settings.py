@@ -10,12 +10,13 @@ from urllib.parse import quote, urlencode
 
 from ..backends import open_store
 from ..backends.base import Store
-from ..config import FIELD_LABELS, CompactionStrategy, MemoryConfig
+from ..config import FIELD_LABELS, MemoryConfig
 from ..errors import ConfigurationError
+from ..strategies import strategy_class
 from .definitions import MEMORY, NodeDefinition, is_expression
-from .fields import MAX_MESSAGES_V1, MEMORY_FIELDS
+from .fields import MAX_MESSAGES_V1, memory_fields
 
-MEMORY_FIELD_NAMES = frozenset(f.name for f in MEMORY_FIELDS)
+MEMORY_FIELD_NAMES = frozenset(f.name for f in memory_fields()) - {"summarizerModel"}
 #: Fields MemoryConfig validates (the v1 message count included), not the generic field check.
 _CONFIG_FIELD_NAMES = MEMORY_FIELD_NAMES | {MAX_MESSAGES_V1.name}
 
@@ -30,6 +31,11 @@ class MemoryNodeSettings:
     config: MemoryConfig
     summarizer_model: str | None = None
     connection: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def summarizes(self) -> bool:
+        """Whether the configured strategy needs the summarizer model."""
+        return strategy_class(self.config.compaction_strategy).summarizes
 
     def store_target(self) -> tuple[str | None, dict[str, Any]]:
         """The URL and options :func:`open_store` takes for this node (URL None: the built-in store)."""
@@ -75,9 +81,10 @@ def memory_settings(
     else:
         config = MemoryConfig.from_mapping({k: v for k, v in literal.items() if k in MEMORY_FIELD_NAMES})
     model = summarizer_model or literal.get("summarizerModel")
-    if config.compaction_strategy is CompactionStrategy.RECURSIVE_SUMMARIZATION and not model:
+    strategy = strategy_class(config.compaction_strategy)
+    if strategy.summarizes and not model:
         raise ConfigurationError(
-            f"Summarizer model ({model!r}) must be configured for recursive summarization: attach a model "
+            f"Summarizer model ({model!r}) must be configured for {strategy.label.lower()}: attach a model "
             "sub-node to the summarizerModel slot or fill in the Summarizer model field"
         )
     connection_names = {f.name for f in definition.fields} - _CONFIG_FIELD_NAMES - {"conversationId", "summarizerModel"}

@@ -8,13 +8,14 @@ import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
-from ..components import NodeDefinition, NodeRegistry, default_registry, memory_settings
+from ..components import NodeDefinition, NodeRegistry, memory_settings
 from ..components.definitions import MEMORY, MODEL, is_expression
-from ..errors import ConfigurationError
+from .. import ConfigurationError
+from ..templates import template_source
 from .expressions import references
+from .nodes import default_registry
 
 FORMAT_VERSION = 1
 _NODE_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -210,19 +211,10 @@ def _check_references(workflow: Workflow) -> None:
 # -- the templates shipped with the package -------------------------------------------------
 
 
-def template_names() -> list[str]:
-    """Names of the bundled templates (``compacting-chat``…)."""
-    folder = resources.files(__package__)
-    return sorted(p.name[: -len(".json")] for p in folder.iterdir() if p.name.endswith(".json"))
-
-
-def template_source(name: str) -> dict[str, Any]:
-    """A bundled template's JSON, as a dict."""
-    if name not in template_names():
-        raise WorkflowError(f"unknown template {name!r}; templates: {', '.join(template_names())}")
-    return json.loads(resources.files(__package__).joinpath(f"{name}.json").read_text(encoding="utf-8"))
-
-
 def load_template(name: str, registry: NodeRegistry | None = None) -> Workflow:
-    """Import a bundled template."""
-    return import_workflow(template_source(name), registry)
+    """Import a bundled template (``compacting-chat``…)."""
+    try:
+        source = template_source(name)
+    except ConfigurationError as exc:
+        raise WorkflowError(str(exc)) from None
+    return import_workflow(source, registry)

@@ -14,16 +14,17 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from .backends import ENV_URL, default_url, open_store
-from .backends.base import Store
-from .components import default_registry
-from .errors import ChatMemoryError, ConfigurationError, InvalidInputError
-from .events import Event, EventType
-from .scripted_model import API_KEY as SCRIPTED_API_KEY
-from .scripted_model import LABEL as SCRIPTED_LABEL
-from .search import SearchQuery, format_page
-from .templates import ChatWorkflow, load_template, template_names, template_source
-from .templates.demo import run_demo
+from .. import ChatMemoryError, ConfigurationError, Event, EventType, InvalidInputError, Store, open_store
+from ..backends import ENV_URL, default_url
+from ..search import SearchQuery
+from ..templates import template_names, template_source
+from ..testing.scripted_model import API_KEY as SCRIPTED_API_KEY
+from ..testing.scripted_model import LABEL as SCRIPTED_LABEL
+from ..tools import format_page
+from .demo import run_demo
+from .nodes import default_registry
+from .runtime import ChatWorkflow
+from .workflow import load_template
 
 DEFAULT_TEMPLATE = "compacting-chat"
 DEFAULT_CONVERSATION = "default"
@@ -242,7 +243,7 @@ class _Session:
         """The template's runtime on this store, with Claude or the scripted stand-in."""
         client: Any = None
         if scripted or not os.environ.get("ANTHROPIC_API_KEY"):
-            from .scripted_model import scripted_client
+            from ..testing.scripted_model import scripted_client
 
             client = scripted_client()
         self._runner = ChatWorkflow(self.workflow, client=client, store=self.store)

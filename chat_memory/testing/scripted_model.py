@@ -13,7 +13,7 @@ import re
 import uuid
 from typing import Any
 
-from .summarizer import SUMMARY_SYSTEM_PROMPT
+from ..summarizer import SUMMARY_SYSTEM_PROMPT
 
 LABEL = "scripted stand-in model (no ANTHROPIC_API_KEY set): canned replies, not Claude"
 API_KEY = "scripted-stand-in"

@@ -6,14 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..agent import Agent, TurnResult
-from ..backends.base import Store, check_conversation_id
+from .. import AnthropicSummarizer, ChatMemory, ConfigurationError, InvalidInputError, Store
+from ..backends import check_conversation_id
 from ..components import MemoryNodeSettings, memory_settings
 from ..components.definitions import ACTION, AGENT, TRIGGER
-from ..config import CompactionStrategy
-from ..errors import ConfigurationError, InvalidInputError
-from ..memory import ChatMemory
-from ..summarizer import AnthropicSummarizer
+from .agent import Agent, TurnResult
 from .expressions import resolve
 from .workflow import Workflow, WorkflowError, WorkflowNode, model_name
 
@@ -151,7 +148,7 @@ class ChatWorkflow:
     def _memory(self, settings: MemoryNodeSettings) -> ChatMemory:
         # Only a summarizing strategy calls the summarizer; building it needs the client (and its key).
         summarizer = None
-        if settings.config.compaction_strategy is CompactionStrategy.RECURSIVE_SUMMARIZATION:
+        if settings.summarizes:
             assert settings.summarizer_model  # memory_settings refuses summarization without one
             summarizer = AnthropicSummarizer(model=settings.summarizer_model, client=self.client)
         return ChatMemory(self._store(settings), settings.config, summarizer=summarizer)

@@ -11,12 +11,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from .backends.base import Backoff, CompactionPlan, CompactsWhileAppending, Snapshot, Store, check_conversation_id
-from .config import CompactionStrategy, MemoryConfig
+from .config import MemoryConfig
 from .errors import ChatMemoryError, ConcurrencyError, ConfigurationError, InvalidEventError
 from .events import Event, EventType
-from .search import ConversationSearchTool, SearchHit, SearchPage, SearchQuery
-from .strategies import Cut, RecursiveSummarization, Strategy, strategy_for
+from .search import SearchHit, SearchPage, SearchQuery
+from .strategies import Cut, Strategy, strategy_for
 from .summarizer import Summarizer, as_summarizer, run_summarizer
+from .tools import ConversationSearchTool
 from .tokens import TokenCounter, count_event_tokens, default_token_counter
 
 log = logging.getLogger(__name__)
@@ -76,12 +77,12 @@ class ChatMemory:
         self.store = store
         self.config = config or MemoryConfig()
         self.summarizer = as_summarizer(summarizer)
-        if self.config.compaction_strategy is CompactionStrategy.RECURSIVE_SUMMARIZATION and self.summarizer is None:
+        self.strategy: Strategy = strategy_for(self.config)
+        if self.strategy.summarizes and self.summarizer is None:
             raise ConfigurationError(
-                "Summarizer model must be configured for recursive summarization "
+                f"Summarizer model must be configured for {self.strategy.label.lower()} "
                 "(pass summarizer=AnthropicSummarizer(model=...) or a summarize function)"
             )
-        self.strategy: Strategy = strategy_for(self.config)
         self.token_counter = token_counter or default_token_counter()
 
     # -- writing ---------------------------------------------------------------------------
@@ -261,7 +262,7 @@ class ChatMemory:
         )
 
     def _summarize(self, snapshot: Snapshot, cut: Cut) -> Event | None:
-        if not isinstance(self.strategy, RecursiveSummarization):
+        if not self.strategy.summarizes:
             return None
         assert self.summarizer is not None
         previous = snapshot.window.summary
