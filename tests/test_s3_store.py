@@ -15,7 +15,7 @@ from chat_memory import ChatMemory, Event, MemoryConfig, open_store
 from chat_memory.backends.base import Backoff, CompactionPlan
 from chat_memory.backends.in_memory import InMemoryStore
 from chat_memory.backends.s3 import S3Store
-from chat_memory.backends.s3.client import make_client, parse_url
+from chat_memory.backends.s3.client import make_client
 from chat_memory.backends.s3.layout import Layout, conversation_key
 from chat_memory.errors import ConcurrencyError, ConfigurationError, SchemaError, StorageError
 from chat_memory.search import SearchQuery
@@ -404,7 +404,7 @@ def test_url_options_and_client_ownership(moto_server):
 )
 def test_bad_urls_are_configuration_errors(url):
     with pytest.raises(ConfigurationError):
-        parse_url(url)
+        open_store(url)
 
 
 def test_unknown_keyword_options_are_configuration_errors():

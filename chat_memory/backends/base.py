@@ -11,11 +11,12 @@ import functools
 import random
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
+from urllib.parse import parse_qsl
 
-from ..errors import ChatMemoryError, ConcurrencyError, InvalidInputError, StorageError
+from ..errors import ChatMemoryError, ConcurrencyError, ConfigurationError, InvalidInputError, StorageError
 from ..events import Event, EventType, Window
 from ..search import SearchQuery, SearchResult
 
@@ -81,6 +82,87 @@ class CompactionPlan:
     max_archived_events: int | None = None
 
 
+# -- what a store declares -------------------------------------------------------------------
+
+_NONE_WORDS = ("", "none")
+_TRUE_WORDS, _FALSE_WORDS = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
+
+
+@dataclass(frozen=True)
+class StoreOption:
+    """A setting a store reads from its URL's query string (``?max_archived_events=500``) or
+    from a keyword of :func:`~chat_memory.open_store`. Every store parses its options with
+    :meth:`Store.url_settings`, so ``500``, ``none`` and ``true`` mean the same everywhere."""
+
+    name: str
+    kind: type = str
+    #: the smallest number allowed (``int`` options)
+    minimum: int | None = None
+    #: whether an empty value or ``none`` means None (no limit)
+    nullable: bool = False
+
+    def parse(self, value: Any, store: str) -> Any:
+        """The value as the store takes it; a bad one is a :class:`ConfigurationError`
+        naming the store, the option and the value."""
+        where = f"{store} option {self.name}"
+        if value is None or (isinstance(value, str) and value.strip().lower() in _NONE_WORDS):
+            if self.nullable:
+                return None
+            if self.kind is not str:
+                raise ConfigurationError(f"{where} ({value!r}) must be given")
+        if self.kind is bool:
+            if isinstance(value, bool):
+                return value
+            word = str(value).strip().lower()
+            if word not in (*_TRUE_WORDS, *_FALSE_WORDS):
+                raise ConfigurationError(f"{where} ({value!r}) must be true or false")
+            return word in _TRUE_WORDS
+        if self.kind is int:
+            if isinstance(value, bool) or isinstance(value, float) and not value.is_integer():
+                raise ConfigurationError(f"{where} ({value!r}) must be a whole number")
+            try:
+                number = int(value.strip() if isinstance(value, str) else value)
+            except (TypeError, ValueError):
+                raise ConfigurationError(f"{where} ({value!r}) must be a whole number") from None
+            if self.minimum is not None and number < self.minimum:
+                raise ConfigurationError(f"{where} ({value!r}) must be a whole number, {self.minimum} or more")
+            return number
+        if self.kind is str and not isinstance(value, str):
+            raise ConfigurationError(f"{where} ({value!r}) must be text")
+        return value
+
+
+@dataclass(frozen=True)
+class ConnectionField:
+    """A connection setting the store's canvas node shows (plain data: the node definitions in
+    :mod:`chat_memory.components` turn it into a JSON Schema property)."""
+
+    name: str
+    label: str
+    description: str
+    kind: str = "string"
+    default: Any = None
+    required: bool = False
+    nullable: bool = False
+    minimum: int | None = None
+    min_length: int | None = None
+    placeholder: str | None = None
+    advanced: bool = False
+
+
+@dataclass(frozen=True)
+class StoreNode:
+    """The Chat Memory canvas node of a store: its name, title, storage kind and connection
+    fields. ``order`` places it among the five nodes."""
+
+    name: str
+    title: str
+    description: str
+    storage: str
+    fields: tuple[ConnectionField, ...] = ()
+    order: int = 100
+
+
 class Store(ABC):
     """The protocol of every storage backend.
 
@@ -88,8 +170,19 @@ class Store(ABC):
     :class:`StorageError` (raised from the original), once, here.
     """
 
-    #: URL schemes ``open_store`` maps to this class.
+    #: URL schemes :func:`~chat_memory.open_store` maps to this class. A class that sets it
+    #: registers itself (see :mod:`chat_memory.backends.registry`); a scheme ``a+b`` falls
+    #: back to ``a`` (``postgresql+psycopg`` is ``postgresql``'s).
     schemes: ClassVar[tuple[str, ...]] = ()
+    #: The pip extra that installs this store's driver (``pip install 'chat-memory[extra]'``).
+    extra: ClassVar[str | None] = None
+    #: The options this store reads from its URL's query string and from keywords.
+    url_options: ClassVar[tuple[StoreOption, ...]] = ()
+    #: Whether query options that are not in :attr:`url_options` go to the driver (SQL,
+    #: Redis) or are refused (the rest).
+    passes_query_to_driver: ClassVar[bool] = False
+    #: The store's canvas node, if it has one.
+    node: ClassVar[StoreNode | None] = None
     #: Archive cap used when a plan does not name one (None: unbounded).
     default_max_archived_events: ClassVar[int | None] = 1000
 
@@ -111,11 +204,51 @@ class Store(ABC):
             method = cls.__dict__.get(name)
             if method is not None and not getattr(method, "_wraps_driver_errors", False):
                 setattr(cls, name, wrap_driver_errors(method))
+        if cls.__dict__.get("schemes"):
+            from .registry import register  # the registry imports this module
+
+            register(cls)
 
     @classmethod
     @abstractmethod
     def from_url(cls, url: str, **options: Any) -> Store:
         """Build the store from a URL with one of :attr:`schemes`."""
+
+    @classmethod
+    def extra_for(cls, scheme: str) -> str | None:
+        """The pip extra whose driver a URL with this scheme needs."""
+        return cls.extra
+
+    @classmethod
+    def node_target(cls, connection: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+        """The URL and keyword options :func:`~chat_memory.open_store` takes for the values
+        of this store's node connection fields."""
+        raise ConfigurationError(f"{cls.__name__} has no canvas node")
+
+    @classmethod
+    def url_settings(cls, query: str, keywords: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+        """Parse a URL's query string and keyword options with :attr:`url_options`: returns
+        (the store's settings, keywords winning over the URL; the query pairs left for the
+        driver). An unknown query option is refused, naming it, unless the store
+        :attr:`passes_query_to_driver`; keywords not declared are left to the caller."""
+        declared = {option.name: option for option in cls.url_options}
+        settings: dict[str, Any] = {}
+        rest: list[tuple[str, str]] = []
+        for name, value in parse_qsl(query, keep_blank_values=True):
+            option = declared.get(name)
+            if option is not None:
+                if name in settings:
+                    raise ConfigurationError(f"{cls.__name__} URL option {name} is given more than once")
+                settings[name] = option.parse(value, cls.__name__)
+            elif cls.passes_query_to_driver:
+                rest.append((name, value))
+            else:
+                known = ", ".join(sorted(declared)) or "none"
+                raise ConfigurationError(f"{cls.__name__} URL option ({name!r}) is not supported; known options: {known}")
+        for name, value in (keywords or {}).items():
+            if name in declared:
+                settings[name] = declared[name].parse(value, cls.__name__)
+        return settings, rest
 
     @abstractmethod
     def load(self, conversation_id: str) -> Snapshot:
@@ -153,6 +286,11 @@ class Store(ABC):
     @abstractmethod
     def conversations(self) -> list[str]:
         """Ids of the stored conversations, sorted (for tools and the command line)."""
+
+    def archive_cap(self, plan: CompactionPlan) -> int | None:
+        """How many archived events to keep after applying ``plan``: the plan's cap, else this
+        store's default (None: unbounded)."""
+        return plan.max_archived_events if plan.max_archived_events is not None else self.default_max_archived_events
 
     def close(self) -> None:
         """Release connections this store owns (clients passed in by the caller are left open)."""

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
+
+from ..errors import ConfigurationError
 
 from ..events import Event, Window
 from ..search import SearchQuery, SearchResult, search_events
@@ -15,6 +18,8 @@ from .base import (
     CompactsWhileAppending,
     Snapshot,
     Store,
+    StoreNode,
+    StoreOption,
     archived_copy,
     check_conversation_id,
     number,
@@ -37,6 +42,14 @@ class InMemoryStore(CompactsWhileAppending, Store):
     """Keeps conversations in a dict guarded by one lock. ``memory://`` URLs open a fresh one."""
 
     schemes = ("memory",)
+    url_options = (StoreOption("max_archived_events", int, minimum=0, nullable=True),)
+    node = StoreNode(
+        "inMemoryChatMemory",
+        "In-Memory Chat Memory",
+        "Chat memory in this process only; lost on restart.",
+        "memory",
+        order=40,
+    )
     default_max_archived_events = 1000
 
     def __init__(self, max_archived_events: int | None = 1000) -> None:
@@ -46,7 +59,16 @@ class InMemoryStore(CompactsWhileAppending, Store):
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> InMemoryStore:
-        return cls(**options)
+        """``memory://`` (``?max_archived_events=…``): a fresh, empty store."""
+        settings, _ = cls.url_settings(urlsplit(url).query, options)
+        unknown = sorted(set(options) - set(settings))
+        if unknown:
+            raise ConfigurationError(f"InMemoryStore option ({unknown[0]!r}) is not supported; known options: max_archived_events")
+        return cls(**settings)
+
+    @classmethod
+    def node_target(cls, connection: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+        return "memory://", {}
 
     def _snapshot(self, cid: str, conv: _Conversation) -> Snapshot:
         return Snapshot(
@@ -99,7 +121,7 @@ class InMemoryStore(CompactsWhileAppending, Store):
                 conv.summary = plan.summary.model_copy(update={"seq": conv.last_seq, "archived": False})
                 # keep the archive in seq order: a replaced summary can be newer than archived events
                 conv.archive = deque(sorted(conv.archive, key=lambda e: e.seq or 0))
-            cap = plan.max_archived_events if plan.max_archived_events is not None else self.default_max_archived_events
+            cap = self.archive_cap(plan)
             if cap is not None:
                 while len(conv.archive) > cap:
                     conv.archive.popleft()

@@ -22,23 +22,22 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 from importlib import resources
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from ..errors import ConfigurationError, StorageError
 from ..events import Event, EventType, Window
 from ..search import MatchMode, SearchQuery, SearchResult, search_text
-from .base import CompactionPlan, Snapshot, Store, check_conversation_id
+from .base import CompactionPlan, ConnectionField, Snapshot, Store, StoreNode, StoreOption, check_conversation_id
 
 DEFAULT_PREFIX = "chat-memory:"
 DEFAULT_MAX_ARCHIVED_EVENTS = 1000
 _SUFFIXES = ("meta", "pinned", "active", "archive", "texts", "recent")
 _SCRIPTS = ("load", "append", "apply", "history", "search", "record_error")
 _CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
-_OPTIONS = ("prefix", "max_archived_events", "ttl_seconds")
 # Small socket timeouts and a few quick retries: a server that is down or restarting gives a
 # StorageError within about a second or two instead of hanging the agent.
 _DRIVER_DEFAULTS: dict[str, Any] = {"socket_timeout": 5.0, "socket_connect_timeout": 2.0}
@@ -83,18 +82,6 @@ def _event(element: bytes | str, archived: bool = False) -> Event:
     return Event.from_json(envelope).model_copy(update={"seq": int(seq), "archived": archived})
 
 
-def _optional_int(name: str, value: Any, *, minimum: int) -> int | None:
-    if value is None or (isinstance(value, str) and value.strip().lower() in ("", "none")):
-        return None
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise ConfigurationError(f"{name} ({value!r}) must be a whole number") from None
-    if isinstance(value, bool) or number < minimum:
-        raise ConfigurationError(f"{name} ({value!r}) must be a whole number, {minimum} or more")
-    return number
-
-
 class RedisStore(Store):
     """Conversations in Redis (``redis://``, ``rediss://``) or Redis Cluster
     (``redis+cluster://host:port``).
@@ -107,6 +94,45 @@ class RedisStore(Store):
     """
 
     schemes = ("redis", "rediss", "redis+cluster", "rediss+cluster")
+    extra = "redis"
+    url_options = (
+        StoreOption("prefix"),
+        StoreOption("max_archived_events", int, minimum=0, nullable=True),
+        StoreOption("ttl_seconds", int, minimum=1, nullable=True),
+    )
+    passes_query_to_driver = True
+    node = StoreNode(
+        "redisChatMemory",
+        "Redis Chat Memory",
+        "Chat memory in Redis or Redis Cluster.",
+        "redis",
+        fields=(
+            ConnectionField(
+                "url",
+                "Redis URL",
+                "redis://, rediss:// or redis+cluster://host:port.",
+                required=True,
+                placeholder="redis://localhost:6379/0",
+            ),
+            ConnectionField(
+                "keyPrefix",
+                "Key prefix",
+                "Prefix of every key chat-memory writes (no braces: they mark Redis Cluster hash tags).",
+                default=DEFAULT_PREFIX,
+                advanced=True,
+            ),
+            ConnectionField(
+                "ttlSeconds",
+                "Time to live (seconds)",
+                "Expire a conversation this long after its last write; empty keeps it forever.",
+                kind="integer",
+                nullable=True,
+                minimum=1,
+                advanced=True,
+            ),
+        ),
+        order=20,
+    )
     default_max_archived_events = DEFAULT_MAX_ARCHIVED_EVENTS
 
     def __init__(
@@ -123,8 +149,9 @@ class RedisStore(Store):
             raise ConfigurationError(f"prefix ({prefix!r}) must be a string without '{{' or '}}' (they mark hash tags)")
         self.client = client
         self.prefix = prefix
-        self.default_max_archived_events = _optional_int("max_archived_events", max_archived_events, minimum=0)
-        self.ttl_seconds = _optional_int("ttl_seconds", ttl_seconds, minimum=1)
+        declared = {option.name: option for option in self.url_options}
+        self.default_max_archived_events = declared["max_archived_events"].parse(max_archived_events, "RedisStore")
+        self.ttl_seconds = declared["ttl_seconds"].parse(ttl_seconds, "RedisStore")
         self.cluster = isinstance(client, redis.cluster.RedisCluster)
         self._owns_client = owns_client
         self._registry = f"{prefix}conversations"
@@ -141,10 +168,8 @@ class RedisStore(Store):
         scheme = parts.scheme.lower()
         if scheme not in (*cls.schemes, *_CLUSTER_SCHEMES):
             raise ConfigurationError(f"store URL scheme ({scheme!r}) is not a Redis scheme; use redis://, rediss:// or redis+cluster://")
-        query = parse_qsl(parts.query, keep_blank_values=True)
-        store_options: dict[str, Any] = {key: value for key, value in query if key in _OPTIONS}
-        store_options.update({key: options.pop(key) for key in _OPTIONS if key in options})
-        driver_query = [(key, value) for key, value in query if key not in _OPTIONS]
+        store_options, driver_query = cls.url_settings(parts.query, options)
+        options = {key: value for key, value in options.items() if key not in store_options}
         driver_url = urlunsplit((_CLUSTER_SCHEMES.get(scheme, scheme), parts.netloc, parts.path, urlencode(driver_query), ""))
         driver_options = {**_DRIVER_DEFAULTS, "retry": _retry(), **options}
         if scheme in _CLUSTER_SCHEMES:
@@ -155,6 +180,11 @@ class RedisStore(Store):
         else:
             client = redis.Redis.from_url(driver_url, **driver_options)
         return cls(client, owns_client=True, **store_options)
+
+    @classmethod
+    def node_target(cls, connection: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+        options = {"prefix": connection.get("keyPrefix"), "ttl_seconds": connection.get("ttlSeconds")}
+        return connection["url"], {key: value for key, value in options.items() if value not in (None, "")}
 
     def close(self) -> None:
         """Close the client if this store created it."""
@@ -253,7 +283,7 @@ class RedisStore(Store):
 
     def apply(self, conversation_id: str, plan: CompactionPlan) -> bool:
         cid = check_conversation_id(conversation_id)
-        cap = plan.max_archived_events if plan.max_archived_events is not None else self.default_max_archived_events
+        cap = self.archive_cap(plan)
         summary = plan.summary.model_copy(update={"seq": None, "archived": False}).to_json() if plan.summary else ""
         applied = self._run(
             "apply", cid, plan.expected_version, plan.archive_through_seq, summary, "" if cap is None else cap, self._ttl

@@ -8,9 +8,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ConfigurationError
+from ..backends import BUILTIN_NODE, Store, StoreNode, store_classes
 from .fields import (
-    CONNECTION_FIELDS,
     CONVERSATION_ID,
+    connection_fields,
     MAX_MESSAGES_V1,
     memory_fields,
     summarizing_strategies,
@@ -135,17 +136,21 @@ class NodeDefinition:
 
 # -- the nodes ------------------------------------------------------------------------------
 
-_STORAGE_TITLES = {
-    "builtin": (
-        "chatMemory",
-        "Chat Memory",
-        "Chat memory in the built-in store (follows CHAT_MEMORY_URL; an embedded SQLite file by default).",
-    ),
-    "jdbc": ("jdbcChatMemory", "JDBC Chat Memory", "Chat memory in a SQL database (PostgreSQL, MySQL, SQLite…)."),
-    "redis": ("redisChatMemory", "Redis Chat Memory", "Chat memory in Redis or Redis Cluster."),
-    "s3": ("awsS3ChatMemory", "AWS S3 Chat Memory", "Chat memory in an S3 bucket (conditional writes)."),
-    "memory": ("inMemoryChatMemory", "In-Memory Chat Memory", "Chat memory in this process only; lost on restart."),
-}
+def store_nodes() -> list[tuple[StoreNode, type[Store] | None]]:
+    """Each Chat Memory node's declaration and the store class behind it (None for the
+    built-in node, which follows ``CHAT_MEMORY_URL``), in canvas order."""
+    declared: list[tuple[StoreNode, type[Store] | None]] = [(BUILTIN_NODE, None)]
+    declared += [(cls.node, cls) for cls in store_classes() if cls.node is not None]
+    return sorted(declared, key=lambda pair: pair[0].order)
+
+
+def store_node(storage: str) -> tuple[StoreNode, type[Store] | None]:
+    """The declaration and store class of one storage kind (``builtin``, ``jdbc``, ``redis``…)."""
+    for node, store_class in store_nodes():
+        if node.storage == storage:
+            return node, store_class
+    known = ", ".join(node.storage for node, _ in store_nodes())
+    raise ConfigurationError(f"no Chat Memory node has storage {storage!r}; storages: {known}")
 
 
 def summarizer_slot() -> ClusterSlot:
@@ -158,21 +163,20 @@ def summarizer_slot() -> ClusterSlot:
 def memory_node(storage: str, version: int = 2) -> NodeDefinition:
     """The Chat Memory node of one storage kind: version 2 has the full memory field set,
     version 1 the old plain message-count window."""
-    name, title, description = _STORAGE_TITLES[storage]
+    node, _ = store_node(storage)
+    name, title, description = node.name, node.title, node.description
     if version == 2:
-        fields = (CONVERSATION_ID, *memory_fields(), *CONNECTION_FIELDS[storage])
+        fields = (CONVERSATION_ID, *memory_fields(), *connection_fields(node))
         slots: tuple[ClusterSlot, ...] = (summarizer_slot(),)
     elif version == 1:
-        fields, slots = (CONVERSATION_ID, MAX_MESSAGES_V1, *CONNECTION_FIELDS[storage]), ()
+        fields, slots = (CONVERSATION_ID, MAX_MESSAGES_V1, *connection_fields(node)), ()
         description += " Version 1: a plain message-count window."
     else:
         raise ConfigurationError(f"{name} has no version {version}")
     return NodeDefinition(name, version, title, description, MEMORY, fields, (), slots, storage)
 
 
-MEMORY_STORAGES = tuple(_STORAGE_TITLES)
-
-
 def memory_definitions() -> list[NodeDefinition]:
-    """The five Chat Memory nodes: version 2, and version 1 kept for old workflows."""
-    return [memory_node(storage, version) for storage in MEMORY_STORAGES for version in (2, 1)]
+    """The Chat Memory nodes, one per storage (the built-in store and every registered store
+    that declares a node): version 2, and version 1 kept for old workflows."""
+    return [memory_node(node.storage, version) for node, _ in store_nodes() for version in (2, 1)]

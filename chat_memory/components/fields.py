@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from ..backends import ConnectionField, StoreNode
 from ..config import FIELD_LABELS, MemoryConfig, SummaryPlacement
 from ..errors import ConfigurationError
 from ..strategies import strategy_class, strategy_names
@@ -189,76 +190,33 @@ MAX_MESSAGES_V1 = FieldSpec(
 )
 
 
-def _text(name: str, label: str, description: str, order: int, **hints: Any) -> FieldSpec:
-    schema: dict[str, Any] = {"type": "string"}
-    if "default" in hints:
-        schema["default"] = hints.pop("default")
-    if hints.get("required"):
-        schema["minLength"] = 1
-    return FieldSpec(name, schema, label, description, order, **hints)
+#: Where connection fields start in canvas order: after the memory fields.
+CONNECTION_ORDER = 20
 
 
-#: Connection fields by storage kind; order numbers start after the memory fields.
-CONNECTION_FIELDS: dict[str, tuple[FieldSpec, ...]] = {
-    "builtin": (),
-    "memory": (),
-    "jdbc": (
-        _text(
-            "url",
-            "Database URL",
-            "SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db or sqlite:///chat.db.",
-            20,
-            required=True,
-            placeholder="postgresql+psycopg://user:password@localhost:5432/chat",
-        ),
-        _text(
-            "tablePrefix",
-            "Table prefix",
-            "Prefix of the tables chat-memory creates.",
-            21,
-            default="chat_memory_",
-            advanced=True,
-        ),
-    ),
-    "redis": (
-        _text(
-            "url",
-            "Redis URL",
-            "redis://, rediss:// or redis+cluster://host:port.",
-            20,
-            required=True,
-            placeholder="redis://localhost:6379/0",
-        ),
-        _text(
-            "keyPrefix",
-            "Key prefix",
-            "Prefix of every key chat-memory writes (no braces: they mark Redis Cluster hash tags).",
-            21,
-            default="chat-memory:",
-            advanced=True,
-        ),
-        FieldSpec(
-            "ttlSeconds",
-            {"type": ["integer", "null"], "minimum": 1},
-            "Time to live (seconds)",
-            "Expire a conversation this long after its last write; empty keeps it forever.",
-            22,
-            advanced=True,
-        ),
-    ),
-    "s3": (
-        FieldSpec(
-            "bucket",
-            {"type": "string", "minLength": 3},
-            "Bucket",
-            "S3 bucket (created when missing).",
-            20,
-            required=True,
-        ),
-        _text("prefix", "Key prefix", "Folder inside the bucket.", 21, default="chat-memory"),
-        _text("region", "Region", "AWS region; empty uses the usual AWS configuration.", 22, advanced=True),
-        _text(
-            "endpointUrl", "Endpoint URL", "For S3-compatible services, e.g. http://127.0.0.1:9000.", 23, advanced=True
-        ),
-    ),
-}
+def connection_field(declared: ConnectionField, order: int) -> FieldSpec:
+    """A store's declared connection setting as a node field."""
+    types: Any = "integer" if declared.kind == "integer" else "string"
+    schema: dict[str, Any] = {"type": [types, "null"] if declared.nullable else types}
+    if declared.default is not None:
+        schema["default"] = declared.default
+    if declared.minimum is not None:
+        schema["minimum"] = declared.minimum
+    min_length = declared.min_length if declared.min_length is not None else (1 if declared.required else None)
+    if min_length is not None:
+        schema["minLength"] = min_length
+    return FieldSpec(
+        declared.name,
+        schema,
+        declared.label,
+        declared.description,
+        order,
+        advanced=declared.advanced,
+        required=declared.required,
+        placeholder=declared.placeholder,
+    )
+
+
+def connection_fields(node: StoreNode) -> tuple[FieldSpec, ...]:
+    """The connection fields of a store's node, in canvas order after the memory fields."""
+    return tuple(connection_field(f, CONNECTION_ORDER + i) for i, f in enumerate(node.fields))

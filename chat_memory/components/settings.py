@@ -6,14 +6,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import quote, urlencode
 
 from ..backends import open_store
 from ..backends.base import Store
 from ..config import FIELD_LABELS, MemoryConfig
 from ..errors import ConfigurationError
 from ..strategies import strategy_class
-from .definitions import MEMORY, NodeDefinition, is_expression
+from .definitions import MEMORY, NodeDefinition, is_expression, store_node
 from .fields import MAX_MESSAGES_V1, memory_fields
 
 MEMORY_FIELD_NAMES = frozenset(f.name for f in memory_fields()) - {"summarizerModel"}
@@ -39,29 +38,17 @@ class MemoryNodeSettings:
 
     def store_target(self) -> tuple[str | None, dict[str, Any]]:
         """The URL and options :func:`open_store` takes for this node (URL None: the built-in store)."""
-        storage, c = self.definition.storage, self.connection
-        if storage == "builtin":
+        if self.definition.storage is None:
+            raise ConfigurationError(f"{self.definition.type} names no storage")
+        _, store_class = store_node(self.definition.storage)
+        if store_class is None:
             return None, {}
-        if storage == "memory":
-            return "memory://", {}
-        if storage == "jdbc":
-            return c["url"], _present(table_prefix=c.get("tablePrefix"))
-        if storage == "redis":
-            return c["url"], _present(prefix=c.get("keyPrefix"), ttl_seconds=c.get("ttlSeconds"))
-        if storage == "s3":
-            prefix = quote(str(c.get("prefix") or "").strip("/"), safe="/")
-            query = urlencode(_present(region=c.get("region"), endpoint_url=c.get("endpointUrl")))
-            return f"s3://{c['bucket']}/{prefix}" + (f"?{query}" if query else ""), {}
-        raise ConfigurationError(f"{self.definition.type} names no storage")
+        return store_class.node_target(self.connection)
 
     def open_store(self) -> Store:
         """Open the store this node names."""
         url, options = self.store_target()
         return open_store(url, **options)
-
-
-def _present(**options: Any) -> dict[str, Any]:
-    return {key: value for key, value in options.items() if value not in (None, "")}
 
 
 def memory_settings(

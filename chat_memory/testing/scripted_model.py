@@ -13,6 +13,7 @@ import re
 import uuid
 from typing import Any
 
+from ..errors import ConfigurationError
 from ..summarizer import SUMMARY_SYSTEM_PROMPT
 
 LABEL = "scripted stand-in model (no ANTHROPIC_API_KEY set): canned replies, not Claude"
@@ -138,9 +139,17 @@ def _message(model: str, content: list[dict[str, Any]], stop_reason: str) -> dic
 
 
 def scripted_client(model: ScriptedModel | None = None) -> Any:
-    """A real ``anthropic.Anthropic`` client whose HTTP traffic the scripted model answers."""
-    import anthropic
-    import httpx2
+    """A real ``anthropic.Anthropic`` client whose HTTP traffic the scripted model answers.
+    Without the ``anthropic`` extra this is a :class:`ConfigurationError` naming it: the
+    stand-in drives the real SDK, it does not replace it."""
+    try:
+        import anthropic
+        import httpx2
+    except ModuleNotFoundError as exc:
+        raise ConfigurationError(
+            f"the scripted stand-in model runs through the anthropic SDK ({exc.name} is missing); "
+            "pip install 'chat-memory[anthropic]'"
+        ) from None
 
     handler = model or ScriptedModel()
     return anthropic.Anthropic(

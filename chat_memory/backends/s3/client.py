@@ -1,4 +1,4 @@
-"""Connecting to S3: URL options, the boto3 client, the bucket, and reading botocore errors.
+"""Connecting to S3: the URL, the boto3 client, the bucket, and reading botocore errors.
 
 boto3 is imported only here and only when a client has to be built, so that the rest of
 chat-memory works without the ``s3`` extra.
@@ -7,9 +7,8 @@ chat-memory works without the ``s3`` extra.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl, unquote, urlsplit
+from urllib.parse import unquote, urlsplit
 
 from ...errors import ConfigurationError
 
@@ -18,64 +17,21 @@ CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
 MISSING_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
 MISSING_BUCKET_CODES = frozenset({"NoSuchBucket", "404", "NotFound"})
 
-_CLIENT_OPTIONS = {"endpoint_url", "region", "region_name", "addressing_style", "max_attempts"}
-_STORE_INT_OPTIONS = {"max_archived_events", "segment_events"}
-_STORE_BOOL_OPTIONS = {"create_bucket"}
-
 # one boto3 session for the process (loading the service model takes a tenth of a second per
 # session); a session is not thread-safe, so clients are created under a lock
 _session: Any = None
 _session_lock = threading.Lock()
 
 
-@dataclass
-class S3Location:
-    """What an ``s3://bucket/prefix?…`` URL says: where, how to connect, store options."""
-
-    bucket: str
-    prefix: str
-    client_options: dict[str, Any] = field(default_factory=dict)
-    store_options: dict[str, Any] = field(default_factory=dict)
-
-
-def _int_option(name: str, value: str, *, allow_none: bool) -> int | None:
-    if allow_none and value.lower() in ("none", "unbounded", ""):
-        return None
-    try:
-        number = int(value)
-    except ValueError:
-        raise ConfigurationError(f"S3 URL option {name} ({value!r}) must be a whole number") from None
-    if number < (0 if allow_none else 1):
-        raise ConfigurationError(f"S3 URL option {name} ({value!r}) is out of range")
-    return number
-
-
-def parse_url(url: str) -> S3Location:
-    """Split an ``s3://`` URL; unknown or malformed options raise :class:`ConfigurationError`."""
+def parse_location(url: str) -> tuple[str, str, str]:
+    """Split an ``s3://bucket/prefix?query`` URL into (bucket, prefix, query string)."""
     parts = urlsplit(url)
     if parts.scheme.lower() != "s3":
         raise ConfigurationError(f"S3 store URL ({url!r}) must start with s3://")
     bucket = parts.netloc
     if len(bucket) < 3 or "@" in bucket:
         raise ConfigurationError(f"S3 store URL ({url!r}) must name a bucket of 3 or more characters: s3://bucket/prefix")
-    location = S3Location(bucket=bucket, prefix=unquote(parts.path))
-    for name, value in parse_qsl(parts.query, keep_blank_values=True):
-        if name in ("region", "region_name"):
-            location.client_options["region_name"] = value or None
-        elif name == "max_attempts":
-            location.client_options[name] = _int_option(name, value, allow_none=False)
-        elif name in _CLIENT_OPTIONS:
-            location.client_options[name] = value or None
-        elif name in _STORE_INT_OPTIONS:
-            location.store_options[name] = _int_option(name, value, allow_none=name == "max_archived_events")
-        elif name in _STORE_BOOL_OPTIONS:
-            if value.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                raise ConfigurationError(f"S3 URL option {name} ({value!r}) must be true or false")
-            location.store_options[name] = value.lower() in ("true", "1", "yes")
-        else:
-            known = sorted(_CLIENT_OPTIONS | _STORE_INT_OPTIONS | _STORE_BOOL_OPTIONS)
-            raise ConfigurationError(f"S3 URL option ({name!r}) is not supported; known options: {', '.join(known)}")
-    return location
+    return bucket, unquote(parts.path), parts.query
 
 
 def make_client(

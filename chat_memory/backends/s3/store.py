@@ -6,9 +6,10 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+from urllib.parse import quote, urlencode
 
 from ...errors import ChatMemoryError, ConcurrencyError, ConfigurationError, StorageError
 from ...events import Event
@@ -17,15 +18,18 @@ from ..base import (
     Backoff,
     CompactionPlan,
     CompactsWhileAppending,
+    ConnectionField,
     Snapshot,
     Store,
+    StoreNode,
+    StoreOption,
     archived_copy,
     check_conversation_id,
     number,
     split_appended,
 )
 from .cache import HeadCache
-from .client import ensure_bucket, is_conflict, is_missing, make_client, parse_url, was_retried
+from .client import ensure_bucket, is_conflict, is_missing, make_client, parse_location, was_retried
 from .layout import (
     Head,
     Layout,
@@ -39,9 +43,10 @@ from .layout import (
     trim,
 )
 
-_STORE_KEYWORDS = frozenset(
-    {"client", "max_archived_events", "segment_events", "create_bucket", "owns_client", "backoff", "read_workers"}
-)
+#: Options that configure the boto3 client rather than the store.
+_CLIENT_OPTIONS = ("endpoint_url", "region_name", "addressing_style", "max_attempts")
+#: Keyword-only options: objects, not text a URL could carry.
+_OBJECT_KEYWORDS = frozenset({"client", "owns_client", "backoff", "read_workers"})
 
 #: How often a read re-reads the head when a segment it lists was removed meanwhile by a
 #: concurrent compaction.
@@ -71,6 +76,32 @@ class S3Store(CompactsWhileAppending, Store):
     """
 
     schemes = ("s3",)
+    extra = "s3"
+    url_options = (
+        StoreOption("endpoint_url", nullable=True),
+        StoreOption("region", nullable=True),
+        StoreOption("region_name", nullable=True),
+        StoreOption("addressing_style", nullable=True),
+        StoreOption("max_attempts", int, minimum=1),
+        StoreOption("max_archived_events", int, minimum=0, nullable=True),
+        StoreOption("segment_events", int, minimum=1),
+        StoreOption("create_bucket", bool),
+    )
+    node = StoreNode(
+        "awsS3ChatMemory",
+        "AWS S3 Chat Memory",
+        "Chat memory in an S3 bucket (conditional writes).",
+        "s3",
+        fields=(
+            ConnectionField("bucket", "Bucket", "S3 bucket (created when missing).", required=True, min_length=3),
+            ConnectionField("prefix", "Key prefix", "Folder inside the bucket.", default="chat-memory"),
+            ConnectionField("region", "Region", "AWS region; empty uses the usual AWS configuration.", advanced=True),
+            ConnectionField(
+                "endpointUrl", "Endpoint URL", "For S3-compatible services, e.g. http://127.0.0.1:9000.", advanced=True
+            ),
+        ),
+        order=30,
+    )
     default_max_archived_events = 1000
 
     def __init__(
@@ -110,21 +141,27 @@ class S3Store(CompactsWhileAppending, Store):
         """``s3://bucket/prefix?endpoint_url=…&region=…&max_archived_events=…&segment_events=…``.
         Keyword options override the URL's; ``client=`` uses a ready boto3 client instead of
         building one (and leaves it open on :meth:`close`)."""
-        location = parse_url(url)
-        client_options = {**location.client_options}
-        store_options = {**location.store_options}
-        for name, value in options.items():
-            if name in ("endpoint_url", "region", "region_name", "addressing_style", "max_attempts"):
-                client_options["region_name" if name == "region" else name] = value
-            elif name in _STORE_KEYWORDS:
-                store_options[name] = value
-            else:
-                known = ", ".join(sorted({*_STORE_KEYWORDS, "endpoint_url", "region", "addressing_style", "max_attempts"}))
-                raise ConfigurationError(f"S3 store option ({name!r}) is not supported; known options: {known}")
-        client = store_options.pop("client", None)
+        bucket, prefix, query = parse_location(url)
+        unknown = sorted(set(options) - {o.name for o in cls.url_options} - _OBJECT_KEYWORDS)
+        if unknown:
+            known = ", ".join(sorted({*(o.name for o in cls.url_options), *_OBJECT_KEYWORDS}))
+            raise ConfigurationError(f"S3 store option ({unknown[0]!r}) is not supported; known options: {known}")
+        settings, _ = cls.url_settings(query, options)
+        settings.update({name: options[name] for name in _OBJECT_KEYWORDS if name in options})
+        if "region" in settings:
+            settings["region_name"] = settings.pop("region")
+        client_options = {name: settings.pop(name) for name in _CLIENT_OPTIONS if name in settings}
+        client = settings.pop("client", None)
         if client is None:
-            return cls(make_client(**client_options), location.bucket, location.prefix, owns_client=True, **store_options)
-        return cls(client, location.bucket, location.prefix, **store_options)
+            return cls(make_client(**client_options), bucket, prefix, owns_client=True, **settings)
+        return cls(client, bucket, prefix, **settings)
+
+    @classmethod
+    def node_target(cls, connection: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+        prefix = quote(str(connection.get("prefix") or "").strip("/"), safe="/")
+        options = {"region": connection.get("region"), "endpoint_url": connection.get("endpointUrl")}
+        query = urlencode({key: value for key, value in options.items() if value not in (None, "")})
+        return f"s3://{connection['bucket']}/{prefix}" + (f"?{query}" if query else ""), {}
 
     # -- objects --------------------------------------------------------------------------
 
@@ -297,7 +334,7 @@ class S3Store(CompactsWhileAppending, Store):
         """Store ``head`` (as read, or with events appended) with ``plan`` applied: new archive
         segments first, then the head with If-Match ``etag`` (the stored head's). True when it
         won; None when it lost a race (its new segments are deleted again)."""
-        cap = plan.max_archived_events if plan.max_archived_events is not None else self.default_max_archived_events
+        cap = self.archive_cap(plan)
         moving = [e for e in head.active if (e.seq or 0) <= plan.archive_through_seq]
         batch = [archived_copy(e) for e in moving]
         last_seq, summary = head.last_seq, head.summary

@@ -35,14 +35,24 @@ def split_url_options(url: str, option_names: set[str]) -> tuple[sa.URL, dict[st
     """Parse a SQLAlchemy URL and take out the query options that belong to the store (the
     rest stay in the URL for the driver, e.g. ``connect_timeout``)."""
     try:
-        parsed = make_url(url)
+        parsed = with_default_driver(make_url(url))
     except sa.exc.ArgumentError as exc:
-        raise ConfigurationError(f"store URL ({url!r}) is not a valid SQLAlchemy URL: {exc}") from exc
+        raise ConfigurationError(f"store URL is not a valid SQLAlchemy URL: {exc}") from exc
     ours = {name: parsed.query[name] for name in option_names if name in parsed.query}
     for name, value in ours.items():
         if not isinstance(value, str):
             raise ConfigurationError(f"store URL option {name} is given more than once ({value!r})")
     return parsed.difference_update_query(list(ours)), ours  # type: ignore[return-value]
+
+
+def with_default_driver(url: sa.URL) -> sa.URL:
+    """PostgreSQL URLs without a driver, and Heroku-style ``postgres://`` ones, use psycopg 3
+    (the ``postgres`` extra): SQLAlchemy would otherwise look for psycopg2, or not know
+    ``postgres`` at all."""
+    dialect, _, driver = url.drivername.partition("+")
+    if dialect in ("postgres", "postgresql"):
+        return url.set(drivername=f"postgresql+{driver or 'psycopg'}")
+    return url
 
 
 def is_in_memory_sqlite(url: sa.URL) -> bool:

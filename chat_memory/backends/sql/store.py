@@ -5,16 +5,27 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 
 from ...errors import ConcurrencyError, ConfigurationError
 from ...events import Event, EventType, Window
 from ...search import MatchMode, SearchQuery, SearchResult, search_events, search_text
-from ..base import Backoff, CompactionPlan, CompactsWhileAppending, Snapshot, Store, check_conversation_id
+from ..base import (
+    Backoff,
+    CompactionPlan,
+    CompactsWhileAppending,
+    ConnectionField,
+    Snapshot,
+    Store,
+    StoreNode,
+    StoreOption,
+    check_conversation_id,
+)
 from .engine import Transactions, create_store_engine, is_conflict, prepare_sqlite_engine, split_url_options
 from .schema import (
     DEFAULT_TABLE_PREFIX,
@@ -27,7 +38,6 @@ from .schema import (
 )
 
 T = TypeVar("T")
-_URL_OPTIONS = {"table_prefix", "max_archived_events"}
 _NOT_ACTIVE = (EventType.SYSTEM.value, EventType.SUMMARY.value)
 
 
@@ -54,7 +64,32 @@ class SQLStore(CompactsWhileAppending, Store):
     case-folded text.
     """
 
-    schemes = ("sqlite", "postgresql", "mysql", "mariadb")
+    schemes = ("sqlite", "postgresql", "postgres", "mysql", "mariadb", "mssql", "oracle")
+    url_options = (StoreOption("table_prefix"), StoreOption("max_archived_events", int, minimum=0, nullable=True))
+    passes_query_to_driver = True
+    node = StoreNode(
+        "jdbcChatMemory",
+        "JDBC Chat Memory",
+        "Chat memory in a SQL database (PostgreSQL, MySQL, SQLite…).",
+        "jdbc",
+        fields=(
+            ConnectionField(
+                "url",
+                "Database URL",
+                "SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db or sqlite:///chat.db.",
+                required=True,
+                placeholder="postgresql+psycopg://user:password@localhost:5432/chat",
+            ),
+            ConnectionField(
+                "tablePrefix",
+                "Table prefix",
+                "Prefix of the tables chat-memory creates.",
+                default=DEFAULT_TABLE_PREFIX,
+                advanced=True,
+            ),
+        ),
+        order=10,
+    )
     default_max_archived_events = None
 
     def __init__(
@@ -67,7 +102,7 @@ class SQLStore(CompactsWhileAppending, Store):
         **engine_options: Any,
     ) -> None:
         if isinstance(engine, str):
-            url, options = split_url_options(engine, _URL_OPTIONS)
+            url, options = split_url_options(engine, {option.name for option in self.url_options})
             self._owns_engine = True
             self.engine = create_store_engine(url, **engine_options)
         elif isinstance(engine, sa.Engine):
@@ -92,17 +127,19 @@ class SQLStore(CompactsWhileAppending, Store):
     @classmethod
     def from_url(cls, url: str, **options: Any) -> SQLStore:
         """Open a store from a SQLAlchemy URL; ``table_prefix`` and ``max_archived_events`` may
-        be given in the query string (other query options go to the driver)."""
-        _, from_query = split_url_options(url, _URL_OPTIONS)
-        if "max_archived_events" in from_query:
-            text = from_query["max_archived_events"]
-            try:
-                options.setdefault("max_archived_events", None if text.lower() in ("", "none") else int(text))
-            except ValueError:
-                raise ConfigurationError(f"max_archived_events ({text!r}) in the store URL must be a whole number") from None
-        if "table_prefix" in from_query:
-            options.setdefault("table_prefix", from_query["table_prefix"])
-        return cls(url, **options)
+        be given in the query string (other query options go to the driver). ``postgres://``
+        and ``postgresql://`` mean PostgreSQL through psycopg 3."""
+        settings, _ = cls.url_settings(urlsplit(url).query, options)
+        return cls(url, **{**options, **settings})
+
+    @classmethod
+    def extra_for(cls, scheme: str) -> str | None:
+        return "postgres" if scheme.split("+", 1)[0] in ("postgresql", "postgres") else None
+
+    @classmethod
+    def node_target(cls, connection: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+        prefix = connection.get("tablePrefix")
+        return connection["url"], ({"table_prefix": prefix} if prefix else {})
 
     def close(self) -> None:
         """Dispose of the engine's connections when this store created the engine."""
@@ -302,7 +339,7 @@ class SQLStore(CompactsWhileAppending, Store):
     def _apply_in(self, connection: sa.Connection, cid: str, plan: CompactionPlan) -> bool:
         """The statements of a compaction, inside the caller's write transaction."""
         conversations, events = self.tables.conversations, self.tables.events
-        cap = plan.max_archived_events if plan.max_archived_events is not None else self.default_max_archived_events
+        cap = self.archive_cap(plan)
         swapped = connection.execute(
             self._swap,
             {"b_key": conversation_key(cid), "expected_version": plan.expected_version, "b_now": _now()},

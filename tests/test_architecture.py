@@ -1,0 +1,160 @@
+"""The shape of the package: no import cycles, the core imports nothing of the host, the host
+uses only the public API, and ``import chat_memory`` needs no optional driver or model SDK."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import chat_memory
+
+PACKAGE = Path(chat_memory.__file__).parent
+#: Sub-packages built on the core (the core must not import them).
+OUTSIDE_THE_CORE = ("host", "testing")
+#: What the host may import from chat_memory: the top-level public names and these
+#: public sub-packages/modules.
+PUBLIC_MODULES = {
+    "chat_memory",
+    "chat_memory.backends",
+    "chat_memory.components",
+    "chat_memory.components.definitions",
+    "chat_memory.search",
+    "chat_memory.strategies",
+    "chat_memory.templates",
+    "chat_memory.testing.scripted_model",
+    "chat_memory.tools",
+}
+OPTIONAL = ("anthropic", "redis", "boto3", "botocore", "psycopg", "httpx2", "moto", "langchain_core", "agents", "lfx")
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def module_level_imports(path: Path) -> set[str]:
+    """Modules imported when ``path`` is imported: module-level statements only (imports
+    inside functions are lazy, and ``if TYPE_CHECKING`` blocks never run)."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+
+    def visit(nodes: list[ast.stmt]) -> None:
+        for node in nodes:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue
+            if isinstance(node, (ast.If, ast.Try)):
+                visit(node.body)
+                visit(getattr(node, "orelse", []))
+                for handler in getattr(node, "handlers", []):
+                    visit(handler.body)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = package.split(".")
+                    anchor = anchor[: len(anchor) - node.level + 1]
+                    base = ".".join([*anchor, base] if base else anchor)
+                found.add(base)
+                # `from . import module` imports that module
+                found.update(f"{base}.{alias.name}" for alias in node.names)
+
+    visit(ast.parse(path.read_text(encoding="utf-8")).body)
+    modules = {module_name(p) for p in PACKAGE.rglob("*.py")}
+    return found & modules
+
+
+def graph() -> dict[str, set[str]]:
+    return {module_name(p): module_level_imports(p) for p in PACKAGE.rglob("*.py")}
+
+
+def test_no_import_cycles_between_modules():
+    edges = graph()
+    # a package's __init__ importing its own submodules is how packages work; count the rest
+    def real(source: str, target: str) -> bool:
+        return not (target.startswith(source + ".") and edges.get(source) is not None)
+
+    state: dict[str, int] = {}
+    cycle: list[str] = []
+
+    def walk(node: str, path: list[str]) -> bool:
+        state[node] = 1
+        for target in sorted(edges.get(node, ())):
+            if target not in edges or not real(node, target):
+                continue
+            if state.get(target) == 1:
+                cycle.extend([*path, node, target])
+                return True
+            if state.get(target) is None and walk(target, [*path, node]):
+                return True
+        state[node] = 2
+        return False
+
+    for start in sorted(edges):
+        if state.get(start) is None and walk(start, []):
+            break
+    assert not cycle, "import cycle: " + " -> ".join(cycle)
+
+
+def test_the_core_imports_nothing_outside_it():
+    for source, targets in graph().items():
+        if source.split(".")[1:2] and source.split(".")[1] in OUTSIDE_THE_CORE:
+            continue
+        bad = {t for t in targets if t.split(".")[1:2] and t.split(".")[1] in OUTSIDE_THE_CORE}
+        assert not bad, f"{source} imports {sorted(bad)}"
+
+
+def test_the_host_uses_only_the_public_api():
+    for source, targets in graph().items():
+        if not source.startswith("chat_memory.host"):
+            continue
+        private = {t for t in targets if not t.startswith("chat_memory.host") and t not in PUBLIC_MODULES}
+        assert not private, f"{source} imports {sorted(private)}, which are not public API"
+
+
+def test_import_chat_memory_loads_no_optional_driver_and_no_host():
+    code = (
+        "import sys, chat_memory, chat_memory.engine;"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(OPTIONAL)!r}));"
+        "print(sorted(m for m in sys.modules if m.startswith(('chat_memory.host', 'chat_memory.testing'))))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines() == ["[]", "[]"], out
+
+
+def test_demo_without_the_anthropic_extra_exits_2_naming_it(tmp_path):
+    code = (
+        "import sys; sys.modules['anthropic'] = None\n"
+        "from chat_memory.host.cli import main\n"
+        "sys.exit(main(['--url', 'memory://', 'demo']))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert result.returncode == 2, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install 'chat-memory[anthropic]'" in lines[0], result.stderr
+
+
+def test_the_core_works_without_any_extra(tmp_path):
+    """As after ``pip install chat-memory`` alone: every optional package unimportable."""
+    code = (
+        "import sys\n"
+        f"for name in {OPTIONAL!r}: sys.modules[name] = None\n"
+        "from chat_memory import ChatMemory, ConfigurationError, Event, MemoryConfig, open_store\n"
+        "for url in ('memory://', 'sqlite:///' + sys.argv[1]):\n"
+        "    m = ChatMemory(open_store(url), MemoryConfig(compaction_strategy='turn_window', max_turns=1))\n"
+        "    m.add('c', [Event.user('a'), Event.assistant('b')]); m.add('c', Event.user('c'))\n"
+        "    assert [e.content for e in m.window('c')] == ['c'] and m.search('c', 'a').total == 1\n"
+        "for url, extra in (('redis://127.0.0.1:1', 'redis'), ('s3://bucket/p', 's3'), ('postgresql://u@h/d', 'postgres')):\n"
+        "    try:\n"
+        "        open_store(url)\n"
+        "    except ConfigurationError as exc:\n"
+        "        assert f\"pip install 'chat-memory[{extra}]'\" in str(exc), exc\n"
+        "    else:\n"
+        "        raise AssertionError(url)\n"
+        "print('ok')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "c.db")], capture_output=True, text=True)
+    assert result.stdout.strip() == "ok", result.stderr
