@@ -126,7 +126,6 @@ class RedisStore(Store):
 
     schemes = ("redis", "rediss", "redis+cluster", "rediss+cluster")
     default_max_archived_events = DEFAULT_MAX_ARCHIVED_EVENTS
-    _layout_checked = False
 
     def __init__(
         self,
@@ -202,6 +201,8 @@ class RedisStore(Store):
             return self.client.eval(script.script, len(keys), *keys, *args)
 
     # -- layout version ----------------------------------------------------------------------
+
+    _layout_checked = False
 
     @property
     def _layout_key(self) -> str:
