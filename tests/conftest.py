@@ -18,7 +18,7 @@ settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
 
-pytest.register_assert_rewrite("tests.fixtures", "tests.helpers")
+pytest.register_assert_rewrite("tests.fixtures", "tests.helpers", "chat_memory.testing.store_conformance")
 
 from tests import fixtures  # noqa: E402
 

@@ -5,6 +5,7 @@ is in test_conformance.py, test_properties.py and test_multiprocess.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Iterator
 from typing import Any
@@ -14,8 +15,10 @@ from redis.crc import key_slot
 
 from chat_memory import ChatMemory, Event, MemoryConfig, open_store
 from chat_memory.backends.base import CompactionPlan
+from chat_memory.backends import redis as redis_backend
+from chat_memory.backends.migrations import Migration
 from chat_memory.backends.redis import RedisStore
-from chat_memory.errors import ConfigurationError, StorageError
+from chat_memory.errors import ConfigurationError, SchemaError, StorageError
 from tests.fixtures.redis import unique_prefix
 from tests.services.redis import free_port, start_cluster, start_redis
 
@@ -91,7 +94,7 @@ def test_hostile_ids_on_a_real_cluster(redis_cluster_store):
         assert memory.search(cid, "QUESTION 1").total == 1
     assert store.conversations() == sorted(HOSTILE_IDS)
     stored = {key.decode() for node_keys in _scan_all(client, store.prefix) for key in node_keys}
-    expected = {key for cid in HOSTILE_IDS for key in store._keys(cid)[:6]} | {store._registry}
+    expected = {key for cid in HOSTILE_IDS for key in store._keys(cid)[:6]} | {store._registry, store._layout_key}
     assert stored == expected
     used_slots = {key_slot(store._keys(cid)[0].encode()) for cid in HOSTILE_IDS}
     assert len(used_slots) > 1  # conversations spread over the cluster
@@ -139,6 +142,102 @@ def test_scripts_survive_a_script_cache_flush(real_store):
     memory.add("flush", turn(2))
     assert [e.seq for e in memory.history("flush")] == [1, 2, 3, 4]
     assert memory.stats("flush").archived_events == 2
+
+
+# -- layout version --------------------------------------------------------------------------
+
+
+def test_the_layout_version_is_recorded_and_read_once_per_store(fakeredis_client):
+    store = RedisStore(fakeredis_client, prefix="app:")
+    sent = command_log(fakeredis_client)
+    store.append("c", turn(0))
+    assert sent[:4] == ["GET", "EXISTS", "SET", "GET"]  # read, set when missing, read back
+    assert fakeredis_client.get("app:layout") == b"1"
+    sent.clear()
+    for i in range(1, 4):
+        store.append("c", turn(i))
+        store.load("c")
+    store.conversations()
+    assert "GET" not in sent and "SET" not in sent
+
+
+def _pretend_layout_0(client, prefix: str) -> None:
+    """A (pretend) layout 0 kept the registry under ``<prefix>ids``."""
+    client.rename(f"{prefix}conversations", f"{prefix}ids")
+    client.set(f"{prefix}layout", 0)
+
+
+def _registry_moved(store: RedisStore) -> None:
+    if store.client.exists(f"{store.prefix}ids"):
+        store.client.rename(f"{store.prefix}ids", store._registry)
+
+
+@pytest.mark.parametrize("name", ["fakeredis_client", pytest.param("redis_server", marks=pytest.mark.redis)])
+def test_an_older_layout_is_migrated_in_place(request, name, monkeypatch):
+    import redis
+
+    found = request.getfixturevalue(name)
+    client = found if name == "fakeredis_client" else redis.Redis.from_url(found.url)
+    prefix = unique_prefix()
+    old = RedisStore(client, prefix=prefix)
+    for cid in ("a", "b"):
+        old.append(cid, turn(0))
+    _pretend_layout_0(client, prefix)
+    with pytest.raises(SchemaError, match="no migration from version 0 to 1"):
+        RedisStore(client, prefix=prefix).conversations()
+    step = Migration(0, "the registry moved to <prefix>conversations", _registry_moved)
+    monkeypatch.setattr(redis_backend, "REDIS_LAYOUT", dataclasses.replace(redis_backend.REDIS_LAYOUT, migrations=(step,)))
+    store = RedisStore(client, prefix=prefix)
+    assert store.conversations() == ["a", "b"]
+    assert client.get(f"{prefix}layout") == b"1" and not client.exists(f"{prefix}ids", f"{prefix}layout:lock")
+    assert client.hget(f"{prefix}layout:migrations", "1").decode().endswith(" the registry moved to <prefix>conversations")
+    assert store.append("a", turn(1)).last_seq == 4
+
+
+def test_a_failing_migration_leaves_the_old_version_and_is_retried(fakeredis_client, monkeypatch):
+    prefix = unique_prefix()
+    RedisStore(fakeredis_client, prefix=prefix).append("a", turn(0))
+    _pretend_layout_0(fakeredis_client, prefix)
+    attempts: list[int] = []
+
+    def flaky(store: RedisStore) -> None:
+        attempts.append(1)
+        if len(attempts) == 1:
+            raise RuntimeError("migration bug")
+        _registry_moved(store)
+
+    step = Migration(0, "the registry moved", flaky)
+    monkeypatch.setattr(redis_backend, "REDIS_LAYOUT", dataclasses.replace(redis_backend.REDIS_LAYOUT, migrations=(step,)))
+    store = RedisStore(fakeredis_client, prefix=prefix)
+    with pytest.raises(StorageError, match="migration bug"):
+        store.load("a")
+    assert fakeredis_client.get(f"{prefix}layout") == b"0" and not fakeredis_client.exists(f"{prefix}layout:lock")
+    assert store.conversations() == ["a"]  # the same store tries again
+    assert fakeredis_client.get(f"{prefix}layout") == b"1"
+
+
+def test_data_from_before_the_layout_key_counts_as_layout_1(fakeredis_client, monkeypatch):
+    prefix = unique_prefix()
+    RedisStore(fakeredis_client, prefix=prefix).append("a", turn(0))
+    fakeredis_client.delete(f"{prefix}layout")  # as written before the key existed
+    ran: list[str] = []
+    step = Migration(1, "test step", lambda store: ran.append(store.prefix))
+    monkeypatch.setattr(redis_backend, "REDIS_LAYOUT", dataclasses.replace(redis_backend.REDIS_LAYOUT, current=2, migrations=(step,)))
+    assert RedisStore(fakeredis_client, prefix=prefix).load("a").last_seq == 2
+    assert ran == [prefix] and fakeredis_client.get(f"{prefix}layout") == b"2"
+    RedisStore(fakeredis_client, prefix="fresh:").load("a")  # an empty prefix starts at the current layout
+    assert ran == [prefix] and fakeredis_client.get("fresh:layout") == b"2"
+
+
+def test_a_newer_layout_is_refused_before_anything_is_written(fakeredis_client):
+    prefix = unique_prefix()
+    fakeredis_client.set(f"{prefix}layout", 2)
+    store = RedisStore(fakeredis_client, prefix=prefix)
+    with pytest.raises(SchemaError, match=r"layout' records Redis key layout version 2, newer than version 1"):
+        store.append("c", turn(0))
+    with pytest.raises(SchemaError):
+        store.clear("c")
+    assert fakeredis_client.keys(f"{prefix}*") == [f"{prefix}layout".encode()]
 
 
 # -- archive cap, TTL, registry --------------------------------------------------------------

@@ -3,6 +3,8 @@ a per-turn cost that does not grow with the archive, safe keys, the bucket, the 
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import multiprocessing
 import random
 import sys
@@ -15,6 +17,8 @@ from chat_memory import ChatMemory, Event, MemoryConfig, open_store
 from chat_memory.backends.base import Backoff, CompactionPlan
 from chat_memory.backends.in_memory import InMemoryStore
 from chat_memory.backends.s3 import S3Store
+from chat_memory.backends.migrations import Migration
+from chat_memory.backends.s3 import layout
 from chat_memory.backends.s3.client import make_client
 from chat_memory.backends.s3.layout import Layout, conversation_key
 from chat_memory.errors import ConcurrencyError, ConfigurationError, SchemaError, StorageError
@@ -215,8 +219,55 @@ def test_other_client_errors_surface_as_storage_error(s3_server_store):
 def test_a_head_in_an_unknown_format_is_a_schema_error(s3_mock_store):
     store = s3_mock_store
     store.client.put_object(Bucket=store.bucket, Key=store.layout.head("c"), Body=b'{"format": 99}')
-    with pytest.raises(SchemaError):
+    with pytest.raises(SchemaError, match=r"format 99|version 99, newer than version 1"):
         store.load("c")
+    store.client.put_object(Bucket=store.bucket, Key=store.layout.head("c"), Body=b'["not", "a", "head"]')
+    with pytest.raises(SchemaError, match="not a chat-memory S3 head object"):
+        store.load("c")
+
+
+def _stored_head(store: S3Store, cid: str) -> dict:
+    return json.loads(store.client.get_object(Bucket=store.bucket, Key=store.layout.head(cid))["Body"].read())
+
+
+def test_an_older_head_is_upgraded_when_read_and_written_back_by_the_next_write(s3_mock_client, monkeypatch):
+    store = S3Store(s3_mock_client, "chat-memory-mock", "old-format", segment_events=2)
+    memory = ChatMemory(store, MemoryConfig(compaction_strategy="turn_window", max_turns=1), token_counter=fixed_tokens)
+    memory.add("c", Event.system("pinned"))
+    for i in range(3):
+        memory.add("c", turn(f"q{i}"))
+    history = [(e.seq, e.content, e.archived) for e in store.history("c")]
+    current = _stored_head(store, "c")
+    assert current["format"] == 1 and current["archive"]
+    # the (pretend) format 0 kept the archive manifest under "_segments0" and no write ids
+    old = {k: v for k, v in current.items() if k not in ("archive", "writes")} | {"format": 0, "_segments0": current["archive"]}
+    store.client.put_object(Bucket=store.bucket, Key=store.layout.head("c"), Body=json.dumps(old).encode())
+
+    reader = S3Store(s3_mock_client, "chat-memory-mock", "old-format")  # nothing cached
+    with pytest.raises(SchemaError, match="no migration from version 0 to 1"):
+        reader.load("c")
+    step = Migration(0, "the manifest moved to 'archive'; write ids", lambda doc: {
+        **{k: v for k, v in doc.items() if k != "_segments0"}, "format": 1, "archive": doc["_segments0"], "writes": []})
+    monkeypatch.setattr(layout, "HEAD_FORMAT", dataclasses.replace(layout.HEAD_FORMAT, migrations=(step,)))
+    upgraded = S3Store(s3_mock_client, "chat-memory-mock", "old-format")
+    assert [(e.seq, e.content, e.archived) for e in upgraded.history("c")] == history
+    assert upgraded.search("c", SearchQuery.build("q0")).total == 2  # "q0" and its reply: the archive is found through the old manifest
+    assert _stored_head(upgraded, "c")["format"] == 0  # reading never writes
+    upgraded.append("c", [Event.user("next", tokens=1)])
+    written = _stored_head(upgraded, "c")
+    assert written["format"] == 1 and written["archive"] == current["archive"] and "_segments0" not in written
+    monkeypatch.setattr(layout, "HEAD_FORMAT", dataclasses.replace(layout.HEAD_FORMAT, migrations=()))
+    assert S3Store(s3_mock_client, "chat-memory-mock", "old-format").load("c").last_seq == history[-1][0] + 1
+
+
+def test_a_segment_in_a_newer_format_is_a_schema_error(s3_mock_client):
+    store = S3Store(s3_mock_client, "chat-memory-mock", "newer-segment")
+    store.append("c", turn("q0"))
+    assert store.apply("c", CompactionPlan(store.load("c").version, archive_through_seq=2))
+    key = store.layout.segment_key(*(lambda h: (h, h.segments[0]))(store._read_head("c")[0]))
+    store.client.put_object(Bucket=store.bucket, Key=key, Body=b'{"format": 2, "events": [], "text": []}')
+    with pytest.raises(SchemaError, match=r"S3 archive segment .* version 2, newer than version 1"):
+        store.history("c")
 
 
 # -- archive layout ------------------------------------------------------------------------

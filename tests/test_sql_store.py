@@ -3,6 +3,7 @@ pushed down as escaped LIKE, URL options, driver errors and lost races, several 
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -13,7 +14,8 @@ import sqlalchemy as sa
 from chat_memory import ChatMemory, Event, EventType, MemoryConfig, open_store
 from chat_memory.backends import default_url
 from chat_memory.backends.base import Backoff, CompactionPlan
-from chat_memory.backends.sql import SCHEMA_VERSION, SQLStore
+from chat_memory.backends.migrations import Migration
+from chat_memory.backends.sql import SCHEMA_VERSION, SQLStore, schema
 from chat_memory.errors import ConcurrencyError, ConfigurationError, SchemaError, StorageError
 from chat_memory.search import SearchQuery
 
@@ -53,6 +55,76 @@ def test_schema_version_is_recorded_and_a_mismatch_is_refused(sql_url):
             connection.execute(meta.update().where(meta.c.name == "schema_version").values(value="999"))
     with SQLStore.from_url(sql_url) as newer, pytest.raises(SchemaError, match="999"):
         newer.load("c")
+
+
+def _pretend_version_0(store: SQLStore) -> None:
+    """Turn the tables into a "version 0" that lacked events.tokens (as if written by an
+    older chat-memory), for the migration tests."""
+    with store.engine.begin() as connection:
+        connection.exec_driver_sql(f"ALTER TABLE {store.tables.events.name} DROP COLUMN tokens")
+        meta = store.tables.meta
+        connection.execute(meta.update().where(meta.c.name == "schema_version").values(value="0"))
+
+
+def _add_tokens(change: schema.SchemaChange) -> None:
+    change.connection.exec_driver_sql(f"ALTER TABLE {change.tables.events.name} ADD COLUMN tokens INTEGER")
+
+
+def _meta(store: SQLStore) -> dict[str, str]:
+    with store.engine.begin() as connection:
+        return dict(connection.execute(sa.select(store.tables.meta.c.name, store.tables.meta.c.value)).all())
+
+
+def test_an_older_schema_is_migrated_in_place(sql_url, monkeypatch):
+    with SQLStore.from_url(sql_url) as old:
+        old.append("c", [Event.user("written by version 0", tokens=4), Event.assistant("ok", tokens=1)])
+        _pretend_version_0(old)
+    with SQLStore.from_url(sql_url) as refused, pytest.raises(SchemaError, match="no migration from version 0 to 1"):
+        refused.load("c")
+    step = Migration(0, "add events.tokens", _add_tokens)
+    monkeypatch.setattr(schema, "SQL_SCHEMA", dataclasses.replace(schema.SQL_SCHEMA, migrations=(step,)))
+    with SQLStore.from_url(sql_url) as store:
+        assert [e.content for e in store.history("c")] == ["written by version 0", "ok"]
+        assert store.append("c", [Event.user("after", tokens=1)]).last_seq == 3
+        recorded = _meta(store)
+        assert recorded["schema_version"] == SCHEMA_VERSION
+        assert recorded["migrated_to_1"].endswith(" add events.tokens")
+        columns = {c["name"] for c in sa.inspect(store.engine).get_columns(store.tables.events.name)}
+        assert "tokens" in columns
+    with SQLStore.from_url(sql_url) as again:  # upgraded once: nothing left to run
+        monkeypatch.setattr(schema, "SQL_SCHEMA", dataclasses.replace(schema.SQL_SCHEMA, migrations=()))
+        assert again.load("c").last_seq == 3
+
+
+def test_a_failing_migration_leaves_the_tables_at_their_old_version(sql_url, monkeypatch):
+    with SQLStore.from_url(sql_url) as old:
+        old.append("c", [Event.user("hi", tokens=1)])
+        _pretend_version_0(old)
+
+    def half_done(change: schema.SchemaChange) -> None:
+        _add_tokens(change)
+        raise RuntimeError("migration bug")
+
+    step = Migration(0, "add events.tokens", half_done)
+    monkeypatch.setattr(schema, "SQL_SCHEMA", dataclasses.replace(schema.SQL_SCHEMA, migrations=(step,)))
+    with SQLStore.from_url(sql_url) as store, pytest.raises(StorageError, match="migration bug"):
+        store.load("c")
+    with SQLStore.from_url(sql_url) as store:
+        assert _meta(store)["schema_version"] == "0"
+        columns = {c["name"] for c in sa.inspect(store.engine).get_columns(store.tables.events.name)}
+        assert "tokens" not in columns  # the ALTER TABLE was rolled back with the rest
+
+
+def test_a_newer_schema_names_both_versions(sqlite_url):
+    with SQLStore.from_url(sqlite_url) as store:
+        store.append("c", [Event.user("hi")])
+        meta = store.tables.meta
+        with store.engine.begin() as connection:
+            connection.execute(meta.update().where(meta.c.name == "schema_version").values(value="2"))
+    with SQLStore.from_url(sqlite_url) as newer, pytest.raises(SchemaError, match=r"version 2, newer than version 1"):
+        newer.append("c", [Event.user("would be lost")])
+    with SQLStore.from_url(sqlite_url) as store:
+        assert _meta(store)["schema_version"] == "2"
 
 
 def test_foreign_tables_with_our_names_are_refused(sqlite_url):

@@ -10,28 +10,47 @@ Layout, per conversation, under a configurable prefix (default ``chat-memory:``)
     <prefix>{<digest>}:texts     hash seq -> folded search text of each real event
     <prefix>{<digest>}:recent    sorted set of the last request tokens (retry de-duplication)
     <prefix>conversations        set of conversation ids (the registry)
+    <prefix>layout               the layout version of everything under the prefix
+    <prefix>layout:migrations    hash N -> when and why the layout was migrated to N
 
 ``<digest>`` is a hash of the conversation id, so whatever the id contains (``{``, ``}``,
 ``*``, ``:``…) it can neither break the ``{…}`` hash tag nor collide with another id's keys;
 every key of a conversation lands in one hash slot. The id itself is kept in ``meta`` (and
 checked there, so a digest collision is refused rather than mixed up) and in the registry.
 Stored elements are ``"<seq>:<event JSON>"``.
+
+A store reads ``<prefix>layout`` once, at its first command (one ``GET``; a prefix without
+the key gets it), runs the pending migrations of :data:`REDIS_LAYOUT` under a lock key, and
+refuses a newer layout with :class:`SchemaError`. Later commands never look at it again, so
+a turn costs no extra round trip.
 """
 
 from __future__ import annotations
 
 import hashlib
+import time
 import uuid
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
 from functools import cache
 from importlib import resources
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-from ..errors import ConfigurationError, StorageError
+from ..errors import ConcurrencyError, ConfigurationError, StorageError
 from ..events import Event, EventType, Window
 from ..search import MatchMode, SearchQuery, SearchResult, search_text
-from .base import CompactionPlan, ConnectionField, Snapshot, Store, StoreNode, StoreOption, check_conversation_id
+from .base import (
+    Backoff,
+    CompactionPlan,
+    ConnectionField,
+    Snapshot,
+    Store,
+    StoreNode,
+    StoreOption,
+    check_conversation_id,
+)
+from .migrations import StoredFormat
 
 DEFAULT_PREFIX = "chat-memory:"
 DEFAULT_MAX_ARCHIVED_EVENTS = 1000
@@ -42,6 +61,14 @@ _CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 # StorageError within about a second or two instead of hanging the agent.
 _DRIVER_DEFAULTS: dict[str, Any] = {"socket_timeout": 5.0, "socket_connect_timeout": 2.0}
 _RETRIES = 3
+#: The key layout's version and its migrations (N -> N+1), each called with the store.
+#: Data written before the layout key existed is layout 1.
+REDIS_LAYOUT: StoredFormat[Any] = StoredFormat(
+    "Redis key layout", current=1, remedy="upgrade chat-memory, or use another prefix"
+)
+#: Seconds a migration may hold the lock before another store may take it over.
+MIGRATION_LOCK_SECONDS = 300
+_UNLOCK = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 
 
 def _driver() -> Any:
@@ -206,10 +233,60 @@ class RedisStore(Store):
         """EVALSHA, and on NOSCRIPT (first use, SCRIPT FLUSH, restart, failover) EVAL, which
         also caches the script on the node that ran it. Not redis-py's fallback: on a cluster
         it sends SCRIPT LOAD to every primary, and so fails while any one of them is down."""
+        self._check_layout()
         try:
             return self.client.evalsha(script.sha, len(keys), *keys, *args)
         except _driver().exceptions.NoScriptError:
             return self.client.eval(script.script, len(keys), *keys, *args)
+
+    # -- layout version ----------------------------------------------------------------------
+
+    _layout_checked = False
+
+    @property
+    def _layout_key(self) -> str:
+        return f"{self.prefix}layout"
+
+    def _check_layout(self) -> None:
+        """Once per store: read the prefix's layout version, migrate older data, refuse newer."""
+        if self._layout_checked:
+            return
+        found = self.client.get(self._layout_key)
+        if found is None:
+            # a new prefix, or data from before the key existed (which is layout 1)
+            found = 1 if self.client.exists(self._registry) else REDIS_LAYOUT.current
+            self.client.set(self._layout_key, found, nx=True)
+            found = self.client.get(self._layout_key) or found  # another store may have set it first
+        where = f"Redis key {self._layout_key!r}"
+        if REDIS_LAYOUT.steps(REDIS_LAYOUT.parse(found, where), where):
+            self._layout_checked = True  # migrations may use the store's own commands
+            try:
+                self._migrate(where)
+            except BaseException:
+                self._layout_checked = False
+                raise
+        self._layout_checked = True
+
+    def _migrate(self, where: str) -> None:
+        """Run the pending migrations while holding ``<prefix>layout:lock``; each step's new
+        version is stored as soon as it is done, so an interrupted run resumes where it stopped."""
+        lock, token = f"{self._layout_key}:lock", uuid.uuid4().hex
+        backoff = Backoff(attempts=200, base=0.01, cap=1.0)
+        for delay in backoff.delays():
+            if self.client.set(lock, token, nx=True, ex=MIGRATION_LOCK_SECONDS):
+                break
+            time.sleep(delay)
+        else:
+            raise ConcurrencyError(f"the Redis layout lock {lock!r} stayed taken; is a migration still running?")
+        try:
+            found = REDIS_LAYOUT.parse(self.client.get(self._layout_key), where)  # re-read under the lock
+            for step in REDIS_LAYOUT.steps(found, where):
+                step.upgrade(self)
+                note = f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} {step.description}"
+                self.client.hset(f"{self._layout_key}:migrations", str(step.to_version), note)
+                self.client.set(self._layout_key, step.to_version)
+        finally:
+            self.client.eval(_UNLOCK, 1, lock, token)
 
     @property
     def _ttl(self) -> int:
@@ -252,6 +329,7 @@ class RedisStore(Store):
         return SearchResult(events=events, total=int(total))
 
     def conversations(self) -> list[str]:
+        self._check_layout()
         ids = sorted(_text(m) for m in self.client.smembers(self._registry))
         if self.cluster:
             # no cross-slot script on a cluster: filter out expired conversations, leave the ids
@@ -296,6 +374,7 @@ class RedisStore(Store):
 
     def clear(self, conversation_id: str) -> None:
         cid = check_conversation_id(conversation_id)
+        self._check_layout()
         keys = self._keys(cid)[:6]
         if self.cluster:
             # registry first: an append racing with this clear re-registers after it
@@ -308,4 +387,4 @@ class RedisStore(Store):
         pipe.execute()
 
 
-__all__ = ["DEFAULT_MAX_ARCHIVED_EVENTS", "DEFAULT_PREFIX", "RedisStore"]
+__all__ = ["DEFAULT_MAX_ARCHIVED_EVENTS", "DEFAULT_PREFIX", "REDIS_LAYOUT", "RedisStore"]

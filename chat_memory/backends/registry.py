@@ -29,8 +29,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "chat_memory.stores"
-#: Modules of this package that are not stores.
-_NOT_STORES = frozenset({"base", "registry", "urls"})
 
 _by_scheme: dict[str, type[Store]] = {}
 _loaded = False
@@ -90,7 +88,8 @@ def _load() -> None:
             return
         package = importlib.import_module(__package__)
         for module in pkgutil.iter_modules(package.__path__):
-            if module.name not in _NOT_STORES and not module.name.startswith("_"):
+            # importing a module that holds no store (base, migrations…) registers nothing
+            if not module.name.startswith("_"):
                 importlib.import_module(f"{__package__}.{module.name}")
         for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
             _load_plugin(entry_point)

@@ -9,6 +9,11 @@ The head holds everything a turn needs (version, last seq, pinned events, the su
 active window, the compaction error) plus the archive manifest: the segment keys in seq
 order, with their seq ranges and counts. Segments are written once and never modified;
 compaction writes new ones and swaps the manifest in the head with a conditional write.
+
+Heads and segments carry a ``format`` number. A head in an older format is upgraded when it
+is read (:data:`HEAD_FORMAT`'s migrations) and stored in the current one by the
+conversation's next write; segments, written once, are upgraded each time they are read.
+A newer format than this code knows is a :class:`SchemaError`.
 """
 
 from __future__ import annotations
@@ -26,8 +31,12 @@ from ...errors import SchemaError
 from ...events import Event, Window
 from ...search import search_text
 from ..base import Snapshot
+from ..migrations import StoredFormat
 
-FORMAT = 1
+#: The head object's format and the migrations of its JSON document (dict -> dict).
+HEAD_FORMAT: StoredFormat[dict[str, Any]] = StoredFormat("S3 head object", current=1)
+#: The archive segments' format and the migrations of their JSON document (dict -> dict).
+SEGMENT_FORMAT: StoredFormat[dict[str, Any]] = StoredFormat("S3 archive segment", current=1)
 #: Longer encoded ids are replaced by a hash (the head keeps the id itself); S3 keys are
 #: limited to 1024 bytes and the prefix needs room too.
 MAX_ENCODED_ID = 200
@@ -154,7 +163,7 @@ class Head:
 
     def to_bytes(self) -> bytes:
         doc = {
-            "format": FORMAT,
+            "format": HEAD_FORMAT.current,
             "conversation_id": self.conversation_id,
             "generation": self.generation,
             "version": self.version,
@@ -169,11 +178,9 @@ class Head:
         return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> Head:
-        doc = json.loads(data)
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            found = doc.get("format") if isinstance(doc, dict) else type(doc).__name__
-            raise SchemaError(f"S3 head object has format {found!r}; this version of chat-memory reads format {FORMAT}")
+    def from_bytes(cls, data: bytes, where: str = "S3 head object") -> Head:
+        """Parse a stored head, upgrading an older format (``where`` names it in errors)."""
+        doc = _document(json.loads(data), HEAD_FORMAT, where)
         return cls(
             conversation_id=doc["conversation_id"],
             generation=doc["generation"],
@@ -203,18 +210,24 @@ class Segment:
     def to_bytes(self) -> bytes:
         """Gzipped JSON: segments are written once and read whole, and chat text shrinks
         several times, so compaction sends and search fetches a fraction of the bytes."""
-        doc = {"format": FORMAT, "events": self.events, "text": self.text}
+        doc = {"format": SEGMENT_FORMAT.current, "events": self.events, "text": self.text}
         return gzip.compress(json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8"), 6, mtime=0)
 
     @classmethod
-    def from_bytes(cls, data: bytes) -> Segment:
-        doc = json.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data)
-        if not isinstance(doc, dict) or doc.get("format") != FORMAT:
-            raise SchemaError(f"S3 archive segment has an unknown format; this version reads format {FORMAT}")
+    def from_bytes(cls, data: bytes, where: str = "S3 archive segment") -> Segment:
+        """Parse a stored segment, upgrading an older format (``where`` names it in errors)."""
+        doc = _document(json.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data), SEGMENT_FORMAT, where)
         return cls(events=doc["events"], text=doc["text"])
 
     def live_events(self, skip: int) -> list[Event]:
         return [Event.model_validate(raw) for raw in self.events[skip:]]
+
+
+def _document(doc: Any, stored: StoredFormat[dict[str, Any]], where: str) -> dict[str, Any]:
+    """A stored JSON object brought up to the current format."""
+    if not isinstance(doc, dict) or "format" not in doc:
+        raise SchemaError(f"{where} is not a chat-memory {stored.name} (a JSON object with a format field)")
+    return stored.upgrade(doc, doc["format"], where)
 
 
 # -- archive bookkeeping (pure) ------------------------------------------------------------

@@ -173,7 +173,7 @@ class S3Store(CompactsWhileAppending, Store):
                 self._heads.drop(cid)
                 return None
             raise
-        head = Head.from_bytes(response["Body"].read())
+        head = Head.from_bytes(response["Body"].read(), f"S3 head object {self.layout.head(cid)!r}")
         if head.conversation_id != cid:
             raise StorageError(f"S3 head {self.layout.head(cid)!r} belongs to {head.conversation_id!r}, not {cid!r}")
         self._heads.put(cid, head, response.get("ETag"))
@@ -219,7 +219,7 @@ class S3Store(CompactsWhileAppending, Store):
             if is_missing(exc):
                 raise _SegmentGone(key) from exc
             raise
-        return Segment.from_bytes(response["Body"].read())
+        return Segment.from_bytes(response["Body"].read(), f"S3 archive segment {key!r}")
 
     def _read_segments(self, head: Head, refs: Sequence[SegmentRef]) -> list[Segment]:
         keys = [self.layout.segment_key(head, ref) for ref in refs]
@@ -485,7 +485,7 @@ class S3Store(CompactsWhileAppending, Store):
             if is_missing(exc):
                 return None
             raise
-        return Head.from_bytes(response["Body"].read()).conversation_id
+        return Head.from_bytes(response["Body"].read(), f"S3 head object {key!r}").conversation_id
 
     def close(self) -> None:
         """Close the boto3 client if this store built it."""

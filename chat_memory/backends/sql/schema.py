@@ -2,7 +2,8 @@
 
 Three tables, named with a configurable prefix (default ``chat_memory_``):
 
-- ``<prefix>meta``: ``name``/``value`` pairs; ``schema_version`` says which layout the data uses.
+- ``<prefix>meta``: ``name``/``value`` pairs; ``schema_version`` says which layout the data uses,
+  and ``migrated_to_<N>`` records when (and by which step) the tables were upgraded to N.
 - ``<prefix>conversations``: one row per conversation with its bookkeeping (version, last_seq,
   archived_count, summary_seq, compaction_error). Rows are found by ``conversation_key``, the
   SHA-256 of the id, so that any id is safe whatever the database's collation or key length limit.
@@ -15,12 +16,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
 
 from ...errors import ConfigurationError, SchemaError
+from ..migrations import Migration, StoredFormat
 
+#: The schema version this code creates (as recorded in the meta table).
 SCHEMA_VERSION = "1"
 DEFAULT_TABLE_PREFIX = "chat_memory_"
 _PREFIX_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,29}|")
@@ -128,33 +132,72 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
     return Tables(prefix, metadata, meta, conversations, events)
 
 
+@dataclass(frozen=True)
+class SchemaChange:
+    """What a schema migration works with: the open write transaction and the tables (as
+    the current version describes them)."""
+
+    connection: sa.Connection
+    tables: Tables
+
+
+#: The SQL schema's version and its migrations (N -> N+1). Pending ones run when a store
+#: first touches the tables: all in the one write transaction that holds the schema lock,
+#: so a failed step leaves the tables at their old version (MySQL commits DDL implicitly:
+#: there a failed step can leave a partial change behind).
+SQL_SCHEMA: StoredFormat[SchemaChange] = StoredFormat(
+    "SQL schema",
+    current=int(SCHEMA_VERSION),
+    migrations=(),
+    remedy="upgrade chat-memory, or use another table_prefix",
+)
+
+
 def ensure_schema(connection: sa.Connection, tables: Tables) -> None:
-    """Create the tables when none exist, or check that the existing ones are ours and at
-    :data:`SCHEMA_VERSION`. Runs inside the caller's (write) transaction."""
+    """Create the tables when none exist, or check that the existing ones are ours and bring
+    them up to the current schema version with :data:`SQL_SCHEMA`'s migrations. Runs inside
+    the caller's (write) transaction, which holds the schema lock."""
     inspector = sa.inspect(connection)
     names = {tables.meta.name, tables.conversations.name, tables.events.name}
     present = {name for name in names if inspector.has_table(name)}
     if not present:
         tables.metadata.create_all(connection, checkfirst=True)
-        connection.execute(tables.meta.insert().values(name="schema_version", value=SCHEMA_VERSION))
+        connection.execute(tables.meta.insert().values(name="schema_version", value=str(SQL_SCHEMA.current)))
         return
     if tables.meta.name not in present:
         raise SchemaError(
             f"tables {', '.join(sorted(present))} exist but {tables.meta.name} does not: they were not created by "
             "chat-memory; choose another table_prefix"
         )
-    found = connection.execute(
+    recorded = connection.execute(
         sa.select(tables.meta.c.value).where(tables.meta.c.name == "schema_version")
     ).scalar_one_or_none()
-    if found != SCHEMA_VERSION:
-        raise SchemaError(
-            f"{tables.meta.name} records schema version {found!r}; this version of chat-memory reads version "
-            f"{SCHEMA_VERSION!r} only (upgrade chat-memory, or use another table_prefix)"
-        )
+    if recorded is None:
+        raise SchemaError(f"{tables.meta.name} records no schema_version: the tables were not created by chat-memory")
+    found = SQL_SCHEMA.parse(recorded, tables.meta.name)
+    steps = SQL_SCHEMA.steps(found, tables.meta.name)
+    for step in steps:
+        _migrate(connection, tables, step)
+    if steps:
+        inspector = sa.inspect(connection)  # the inspector caches what it read before the migrations
+        present = {name for name in names if inspector.has_table(name)}
     for table in (tables.conversations, tables.events):
         if table.name not in present:
             raise SchemaError(f"table {table.name} is missing although {tables.meta.name} records schema version {found}")
         columns = {column["name"] for column in inspector.get_columns(table.name)}
         missing = sorted(set(table.c.keys()) - columns)
         if missing:
-            raise SchemaError(f"table {table.name} lacks the column(s) {', '.join(missing)} of schema version {found}")
+            raise SchemaError(
+                f"table {table.name} lacks the column(s) {', '.join(missing)} of schema version {SQL_SCHEMA.current}"
+            )
+
+
+def _migrate(connection: sa.Connection, tables: Tables, step: Migration[SchemaChange]) -> None:
+    """Run one migration and record it: the new schema_version and a ``migrated_to_<N>`` row."""
+    meta = tables.meta
+    step.upgrade(SchemaChange(connection, tables))
+    connection.execute(meta.update().where(meta.c.name == "schema_version").values(value=str(step.to_version)))
+    record = f"migrated_to_{step.to_version}"
+    note = f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} {step.description}"[:255]
+    connection.execute(meta.delete().where(meta.c.name == record))
+    connection.execute(meta.insert().values(name=record, value=note))
