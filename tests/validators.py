@@ -111,25 +111,22 @@ def validate_anthropic_request(system: Any, messages: Any, tools: list[dict[str,
             blocks = content
             for k, block in enumerate(blocks):
                 breakpoints += _block(block, f"{where}.content[{k}]", USER_BLOCKS if role == "user" else ASSISTANT_BLOCKS)
+        results = [b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"]
+        previous = messages[i - 1]["content"] if i else []
+        called = [b.get("id") for b in previous if isinstance(b, dict) and b.get("type") == "tool_use"] if isinstance(previous, list) else []
+        if results:
+            _check(all(b.get("type") == "tool_result" for b in blocks[: len(results)]), where, "tool_result blocks must come first in the content array, before any text")
+            for result in results:
+                _check(result in called, where, f"tool_result {result!r} has no matching tool_use in the previous message (unexpected tool_use_id)")
+        if called:
+            # the API requires every tool_use answered in the next message, results first; the order is our (stricter) rule
+            _check(results == called, where, f"must start with exactly the tool_result blocks {called} of the previous message, in that order; got {results}")
         uses = [b["id"] for b in blocks if b.get("type") == "tool_use"]
         for use in uses:
             _check(use not in seen_ids, where, f"tool_use ids must be unique: {use!r} appears twice")
             seen_ids.add(use)
-        results = [b["tool_use_id"] for b in blocks if b.get("type") == "tool_result"]
-        if results:
-            _check(all(b.get("type") == "tool_result" for b in blocks[: len(results)]), where, "tool_result blocks must come first in the content array, before any text")
-            previous = messages[i - 1] if i else {"content": []}
-            called = [b.get("id") for b in previous["content"] if isinstance(b, dict) and b.get("type") == "tool_use"] if isinstance(previous["content"], list) else []
-            for result in results:
-                _check(result in called, where, f"tool_result {result!r} has no matching tool_use in the previous message (unexpected tool_use_id)")
         if uses:
             _check(i + 1 < len(messages), where, f"tool_use ids {uses} were found without tool_result blocks immediately after")
-            following = messages[i + 1]["content"]
-            following = following if isinstance(following, list) else []
-            head = [b.get("tool_use_id") for b in following[: len(uses)] if isinstance(b, dict) and b.get("type") == "tool_result"]
-            # the API requires every tool_use answered in the next message, results first; the order is our (stricter) rule
-            _check(head == uses, f"messages[{i + 1}]", f"must start with exactly the tool_result blocks {uses} in that order, got {head}")
-            _check(len([b for b in following if b.get("type") == "tool_result"]) == len(uses), f"messages[{i + 1}]", "holds tool_result blocks beyond those of the previous message's tool_use blocks")
     last = messages[-1]
     if last["role"] == "assistant":
         final = last["content"] if isinstance(last["content"], str) else (last["content"][-1].get("text") if last["content"][-1].get("type") == "text" else None)
