@@ -184,3 +184,10 @@ def validate_openai_messages(messages: Any) -> None:
             _check(bool(pending) and pending[0] == answered, where, f"messages with role 'tool' must be a response to a preceding message with 'tool_calls' (expected {pending[:1]}, got {answered!r})")
             pending.pop(0)
     _check(not pending, "messages", f"tool_calls {pending} have no tool message responding to them")
+
+
+def validate_anthropic_body(body: dict[str, Any]) -> None:
+    """Raise AssertionError unless ``body`` (the JSON an SDK sent) is a valid Messages request."""
+    _check(isinstance(body.get("model"), str) and body["model"], "model", "a model is required")
+    _check(isinstance(body.get("max_tokens"), int) and body["max_tokens"] > 0, "max_tokens", "must be a positive integer")
+    validate_anthropic_request(body.get("system"), body.get("messages"), body.get("tools"))
