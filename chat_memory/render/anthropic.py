@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..config import SummaryPlacement
@@ -13,6 +13,7 @@ from .plan import OPENER_TEXT, Call, Step, Text, plan, result_text
 MAX_BREAKPOINTS = 4
 EPHEMERAL: dict[str, str] = {"type": "ephemeral"}
 
+#: ``system`` as the Messages API takes it: a string, or a list of text blocks.
 System = str | list[dict[str, Any]]
 
 
@@ -75,7 +76,7 @@ def to_anthropic(
     return (system or ""), messages
 
 
-def _push_step(step: Step, push: Any) -> None:
+def _push_step(step: Step, push: Callable[[str, dict[str, Any]], None]) -> None:
     for block in step.blocks:
         if isinstance(block, Text):
             push("assistant", {"type": "text", "text": block.text})

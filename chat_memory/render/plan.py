@@ -63,6 +63,7 @@ def provider_name(name: str | None) -> str:
 
 
 def parse_placement(value: SummaryPlacement | str) -> SummaryPlacement:
+    """``value`` as a :class:`SummaryPlacement`; a bad one is a ConfigurationError naming it."""
     try:
         return SummaryPlacement(value)
     except ValueError:
@@ -98,6 +99,7 @@ class Step:
 
     @property
     def calls(self) -> list[Call]:
+        """The step's tool calls, in stored order."""
         return [b for b in self.blocks if isinstance(b, Call)]
 
 
