@@ -22,7 +22,7 @@ from .errors import (
 )
 from .events import Event, EventType
 from .engine import ChatMemory, CompactionResult, MemoryStats
-from .render import to_anthropic
+from .render import to_anthropic, to_openai
 from .search import SearchHit, SearchPage
 from .summarizer import AnthropicSummarizer, Summarizer
 from .tools import ConversationSearchTool
@@ -54,4 +54,5 @@ __all__ = [
     "SummaryPlacement",
     "open_store",
     "to_anthropic",
+    "to_openai",
 ]

@@ -18,7 +18,9 @@ settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
 
-pytest.register_assert_rewrite("tests.fixtures", "tests.helpers", "chat_memory.testing.store_conformance")
+pytest.register_assert_rewrite(
+    "tests.fixtures", "tests.helpers", "tests.validators", "chat_memory.testing.store_conformance"
+)
 
 from tests import fixtures  # noqa: E402
 
@@ -31,6 +33,22 @@ for _name in _PLUGIN_MODULES:
     _module = importlib.import_module(_name)
     STORE_PARAMS += getattr(_module, "STORE_PARAMS", [])
     STORE_URL_PARAMS += getattr(_module, "STORE_URL_PARAMS", [])
+
+
+@pytest.fixture(autouse=True)
+def _validate_scripted_requests(monkeypatch):
+    """Every request the scripted stand-in model receives (demo, CLI, runtime, templates) must
+    be one the Messages API accepts: it sits where Claude would."""
+    from chat_memory.testing.scripted_model import ScriptedModel
+    from tests.validators import validate_anthropic_body
+
+    answer = ScriptedModel.answer
+
+    def validated(self, body):
+        validate_anthropic_body(body)
+        return answer(self, body)
+
+    monkeypatch.setattr(ScriptedModel, "answer", validated)
 
 
 @pytest.fixture(params=STORE_PARAMS)

@@ -20,10 +20,11 @@ from pydantic import ValidationError
 from chat_memory import ChatMemory, Event, MemoryConfig
 from chat_memory.backends.base import MAX_CONVERSATION_ID_LENGTH
 from chat_memory.backends.in_memory import InMemoryStore
-from chat_memory.render import to_anthropic
+from chat_memory.render import to_anthropic, to_openai
 from chat_memory.errors import ConfigurationError, InvalidEventError, InvalidInputError, SearchError
 from chat_memory.search import SearchQuery, search_events, search_text
 from tests.helpers import fixed_tokens
+from tests.validators import validate_anthropic_request, validate_openai_messages
 
 # Every backend is slow next to the memory store; a few examples each still reach every
 # code path, the memory store (the reference) gets many more. CHAT_MEMORY_FULL=1: ten times more.
@@ -345,8 +346,8 @@ def test_hostile_input_on_the_memory_store(batches, ids, keyword):
     check_stored_faithfully(memory, ids[0], batches)
     check_searches_like_the_reference(memory, ids[0], keyword)
     system, messages = to_anthropic(memory.window(ids[0]), system_prompt=keyword)
-    assert isinstance(system, str) and messages[0]["role"] == "user"
-    assert all(a["role"] != b["role"] for a, b in zip(messages, messages[1:]))
+    validate_anthropic_request(system, messages)
+    validate_openai_messages(to_openai(memory.window(ids[0]), system_prompt=keyword))
     if keyword.strip():
         hits = memory.search(ids[1], keyword, page_size=1000).hits
         assert [h.seq for h in hits] == [1]

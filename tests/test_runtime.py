@@ -21,6 +21,7 @@ from chat_memory.summarizer import SUMMARY_SYSTEM_PROMPT
 from chat_memory.host import ChatWorkflow, import_workflow, load_template
 from chat_memory.templates import template_source
 from chat_memory.host.demo import DEMO_MESSAGES, run_demo
+from tests.validators import validate_anthropic_body, validate_anthropic_request
 
 CID = "conv ../* %{}'\"ü"
 
@@ -55,6 +56,7 @@ class FakeClaude:
 
     def __call__(self, request):
         body = json.loads(request.content)
+        validate_anthropic_body(body)
         self.requests.append(body)
         answer = self.respond(body, len(self.requests) - 1)
         if isinstance(answer, httpx2.Response):
@@ -112,7 +114,9 @@ def test_template_run_with_a_tool_use_round_trip_through_the_sdk():
     assert shown == [TURNS[2], "Noted.", TURNS[3], "Noted.", "What was the code name of our service?"]
     assert "Bluefin" not in json.dumps(first["messages"])
     assert first["model"] == "claude-sonnet-5-5" and first["max_tokens"] == 1024
-    assert "visible history is short" in first["system"]
+    assert "visible history is short" in first["system"][0]["text"]
+    assert first["system"][0]["cache_control"] == {"type": "ephemeral"}
+    assert second["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
     assert first["tools"] == [memory.search_tool(CID).definition()]
     assert "tool_choice" not in first
     # The tool round trip: tool_use in the assistant message, its result in the next user message.
@@ -186,6 +190,7 @@ def test_a_crash_mid_turn_loses_nothing_already_answered():
     assert [e.type for e in history] == [EventType.USER, EventType.TOOL_CALL, EventType.TOOL_RESULT]
     assert runner.send("c", "Hello?").reply == "Back again."
     system, messages = to_anthropic(runner.memory("c").window("c"))
+    validate_anthropic_request(system, messages)
     assert [m["role"] for m in messages] == ["user", "assistant", "user", "assistant"]
 
 

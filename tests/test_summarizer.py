@@ -11,6 +11,7 @@ import pytest
 from chat_memory import AnthropicSummarizer, ChatMemory, Event, EventType, MemoryConfig, SummarizerError, open_store
 from chat_memory.summarizer import SUMMARY_SYSTEM_PROMPT, summary_request
 from tests.helpers import fixed_tokens
+from tests.validators import validate_anthropic_body
 
 
 def message(text: str) -> dict:
@@ -27,7 +28,13 @@ def message(text: str) -> dict:
 
 
 def client_with(handler) -> anthropic.Anthropic:
-    return anthropic.Anthropic(api_key="test", max_retries=0, http_client=httpx2.Client(transport=httpx2.MockTransport(handler)))
+    """A real client whose requests ``handler`` answers, each checked against the Messages API rules."""
+
+    def validated(request):
+        validate_anthropic_body(json.loads(request.content))
+        return handler(request)
+
+    return anthropic.Anthropic(api_key="test", max_retries=0, http_client=httpx2.Client(transport=httpx2.MockTransport(validated)))
 
 
 def test_request_carries_prompt_previous_summary_events_and_upcoming_context():

@@ -100,8 +100,10 @@ class Agent:
         return TurnResult(conversation_id, reply, records, calls, stored, stop_reason)
 
     def _call_model(self, conversation_id: str, tools: dict[str, ConversationSearchTool], last_round: bool) -> Any:
+        # cache breakpoints on: the system prompt, the summary and the growing tail are served from
+        # the prompt cache on the next call (``system`` is then a list of text blocks)
         system, messages = to_anthropic(
-            self.memory.window(conversation_id), self.system_prompt, self.memory.config.summary_placement
+            self.memory.window(conversation_id), self.system_prompt, self.memory.config.summary_placement, cache=True
         )
         request: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, "messages": messages}
         if system:
