@@ -32,9 +32,21 @@ FIELD_LABELS: dict[str, str] = {
     "search_page_size": "Search page size",
     "max_archived_events": "Max archived events",
     "summary_placement": "Summary placement",
+    "compress_tool_results": "Compress tool results",
+    "min_tool_result_compress_tokens": "Min tool result compress tokens",
+    "keep_recent_tool_results": "Keep recent tool results",
 }
 
-_POSITIVE = ("max_events", "max_turns", "max_tokens", "max_events_to_keep", "search_page_size", "max_archived_events")
+_POSITIVE = (
+    "max_events",
+    "max_turns",
+    "max_tokens",
+    "max_events_to_keep",
+    "search_page_size",
+    "max_archived_events",
+    "min_tool_result_compress_tokens",
+)
+_AT_LEAST_ZERO = ("overlap_size", "keep_recent_tool_results")
 
 
 class _Refusal(ValueError):
@@ -64,6 +76,12 @@ class MemoryConfig(BaseModel):
     search_page_size: int = 10
     max_archived_events: int | None = None
     summary_placement: SummaryPlacement = SummaryPlacement.USER_MESSAGE
+    #: off by default: a stub points the model at the fetch_tool_result tool, which the host
+    #: must then offer, and stubbing rewrites an earlier message once (a prompt-cache miss
+    #: from there); see docs/lean-window.md
+    compress_tool_results: bool = False
+    min_tool_result_compress_tokens: int = 500
+    keep_recent_tool_results: int = 3
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -86,7 +104,7 @@ class MemoryConfig(BaseModel):
         except ConfigurationError as exc:
             raise _Refusal(str(exc)) from None
 
-    @field_validator(*_POSITIVE, "overlap_size", mode="before")
+    @field_validator(*_POSITIVE, *_AT_LEAST_ZERO, mode="before")
     @classmethod
     def _whole_number(cls, value: Any, info: Any) -> Any:
         label = FIELD_LABELS[info.field_name]
@@ -104,7 +122,7 @@ class MemoryConfig(BaseModel):
         value = int(value)
         if info.field_name in _POSITIVE and value <= 0:
             raise _Refusal(f"{label} ({value}) must be greater than 0")
-        if info.field_name == "overlap_size" and value < 0:
+        if info.field_name in _AT_LEAST_ZERO and value < 0:
             raise _Refusal(f"{label} ({value}) must be at least 0")
         return value
 

@@ -14,10 +14,13 @@ from .backends.base import Backoff, CompactionPlan, CompactsWhileAppending, Snap
 from .config import MemoryConfig
 from .errors import ChatMemoryError, ConcurrencyError, ConfigurationError, InvalidEventError
 from .events import Event, EventType
+from .pins import check_pin_key
+from .render import to_anthropic, to_openai
 from .search import SearchHit, SearchPage, SearchQuery
 from .strategies import Cut, Strategy, strategy_for
 from .summarizer import Summarizer, as_summarizer, run_summarizer
-from .tools import ConversationSearchTool
+from .compression import compress_window
+from .tools import ConversationSearchTool, FetchToolResultTool
 from .tokens import TokenCounter, count_event_tokens, default_token_counter
 
 log = logging.getLogger(__name__)
@@ -143,11 +146,20 @@ class ChatMemory:
         return self.store.history(check_conversation_id(conversation_id))
 
     def search(
-        self, conversation_id: str, keyword: str, page: int = 0, match_mode: str = "phrase", page_size: int | None = None
+        self,
+        conversation_id: str,
+        keyword: str,
+        page: int = 0,
+        match_mode: str = "phrase",
+        page_size: int | None = None,
+        include_recall_tools: bool = False,
     ) -> SearchPage:
-        """Literal, case-insensitive search over the whole conversation, oldest match first."""
+        """Literal, case-insensitive search over the whole conversation, oldest match first,
+        pages counted from 0. The calls and results of ``conversation_search`` and
+        ``fetch_tool_result`` (which only echo other events) are left out unless
+        ``include_recall_tools``."""
         size = page_size if page_size is not None else self.config.search_page_size
-        return self.run_search(conversation_id, SearchQuery.build(keyword, match_mode, page, size))
+        return self.run_search(conversation_id, SearchQuery.build(keyword, match_mode, page, size, include_recall_tools))
 
     def run_search(self, conversation_id: str, query: SearchQuery) -> SearchPage:
         """Run an already validated query and page its results."""
@@ -162,6 +174,41 @@ class ChatMemory:
     def search_tool(self, conversation_id: str) -> ConversationSearchTool:
         """The ``conversation_search`` tool bound to one conversation."""
         return ConversationSearchTool(self.run_search, check_conversation_id(conversation_id), self.config.search_page_size)
+
+    def fetch_tool(self, conversation_id: str) -> FetchToolResultTool:
+        """The ``fetch_tool_result`` tool bound to one conversation (pair it with
+        ``compress_tool_results``: stubs tell the model to call it)."""
+        return FetchToolResultTool(self.fetch_tool_result, check_conversation_id(conversation_id))
+
+    def fetch_tool_result(self, conversation_id: str, tool_call_id: str) -> Event | None:
+        """The stored (full) result of the tool call ``tool_call_id``, archived or not; the
+        newest when there are several; None when there is none. Reads the window first and
+        the history only for results no longer in view."""
+        cid = check_conversation_id(conversation_id)
+        for events in (lambda: self.window(cid), lambda: self.history(cid)):
+            found = [e for e in events() if e.type is EventType.TOOL_RESULT and e.tool_call_id == tool_call_id]
+            if found:
+                return found[-1]
+        return None
+
+    def model_window(self, conversation_id: str) -> list[Event]:
+        """The window as the model is shown it: :meth:`window` with large tool results it has
+        already read replaced by stubs when ``compress_tool_results`` is on (see
+        :mod:`chat_memory.compression`); the stored events are unchanged."""
+        return compress_window(self.window(conversation_id), self.config, self.token_counter)
+
+    def to_anthropic(self, conversation_id: str, system_prompt: str | None = None, **options: Any) -> Any:
+        """``(system, messages)`` for the Anthropic Messages API from :meth:`model_window`,
+        with this memory's ``summary_placement`` (``options`` go to
+        :func:`chat_memory.to_anthropic` and may override it)."""
+        options.setdefault("summary_placement", self.config.summary_placement)
+        return to_anthropic(self.model_window(conversation_id), system_prompt, **options)
+
+    def to_openai(self, conversation_id: str, system_prompt: str | None = None, **options: Any) -> Any:
+        """Chat Completions messages from :meth:`model_window`, with this memory's
+        ``summary_placement`` (see :func:`chat_memory.to_openai`)."""
+        options.setdefault("summary_placement", self.config.summary_placement)
+        return to_openai(self.model_window(conversation_id), system_prompt, **options)
 
     def stats(self, conversation_id: str) -> MemoryStats:
         """Counts of the window and archive, the version, and the last compaction error."""
@@ -194,28 +241,33 @@ class ChatMemory:
             if event.type is EventType.TOOL_CALL and not event.tool_name:
                 raise InvalidEventError(f"events[{i}].tool_name ({event.tool_name!r}) must be set for a tool_call")
         batch = [_as_stored_everywhere(i, e) for i, e in enumerate(batch)]
-        self._check_tool_results(cid, batch)
+        for i, event in enumerate(batch):
+            check_pin_key(i, event)
+        tool_names = self._check_tool_results(cid, batch)
+        batch = [_named_after_call(e, tool_names) for e in batch]
         return [
             e.model_copy(update={"seq": None, "archived": False, "tokens": count_event_tokens(e, self.token_counter)})
             for e in batch
         ]
 
-    def _check_tool_results(self, cid: str, batch: list[Event]) -> None:
+    def _check_tool_results(self, cid: str, batch: list[Event]) -> dict[str, str | None]:
         """Every tool result must answer a tool call of the same batch or of the window:
-        an orphaned result would break the model's tool pairing."""
-        calls = {e.tool_call_id for e in batch if e.type is EventType.TOOL_CALL}
+        an orphaned result would break the model's tool pairing. Returns the tool name of
+        each call the results answer (by call id)."""
+        calls = {e.tool_call_id: e.tool_name for e in batch if e.type is EventType.TOOL_CALL}
         missing = [
             (i, e) for i, e in enumerate(batch) if e.type is EventType.TOOL_RESULT and e.tool_call_id not in calls
         ]
         if not missing:
-            return
-        window_calls = {e.tool_call_id for e in self.store.load(cid).window.active if e.type is EventType.TOOL_CALL}
+            return calls
+        window_calls = {e.tool_call_id: e.tool_name for e in self.store.load(cid).window.active if e.type is EventType.TOOL_CALL}
         for i, event in missing:
             if event.tool_call_id not in window_calls:
                 raise InvalidEventError(
                     f"events[{i}].tool_call_id ({event.tool_call_id!r}) matches no tool_call in the window of "
                     f"conversation {cid!r}; add the tool_call first (or in the same list)"
                 )
+        return {**window_calls, **calls}
 
     def _plan_without_summary(self, snapshot: Snapshot) -> CompactionPlan | None:
         cut = self.strategy.plan(snapshot.window)
@@ -277,6 +329,14 @@ class ChatMemory:
             },
         )
         return summary.model_copy(update={"tokens": count_event_tokens(summary, self.token_counter)})
+
+
+def _named_after_call(event: Event, tool_names: dict[str, str | None]) -> Event:
+    """A tool result without a name takes its call's: search tells the recall tools' own
+    results apart by name, whoever wrote the result."""
+    if event.type is not EventType.TOOL_RESULT or event.tool_name or event.tool_call_id not in tool_names:
+        return event
+    return event.model_copy(update={"tool_name": tool_names[event.tool_call_id]})
 
 
 def _as_stored_everywhere(index: int, event: Event) -> Event:

@@ -15,6 +15,18 @@ from .events import Event, EventType
 
 SEARCHABLE_TYPES = frozenset({EventType.USER, EventType.ASSISTANT, EventType.TOOL_CALL, EventType.TOOL_RESULT})
 
+#: The tools through which the model reads its own conversation: their calls and results only
+#: echo other events (a search result quotes the hits, a fetched result repeats a stored one),
+#: so search leaves them out unless asked (``SearchQuery.include_recall_tools``).
+RECALL_TOOL_NAMES = frozenset({"conversation_search", "fetch_tool_result"})
+
+#: First character of the stored search text of a recall-tool event. It is whitespace, and no
+#: term starts with whitespace (terms are stripped words or phrases), so a match can never
+#: start at or run across it; ordinary texts are stored without leading whitespace (which can
+#: never be part of a match either), so only recall-tool texts start with it. Stores filter on
+#: it where they push search down (``NOT LIKE`` in SQL, one byte compare in Lua).
+RECALL_MARK = "\x1f"
+
 
 class MatchMode(str, Enum):
     """How the keyword is matched: as one phrase, every word, or any word."""
@@ -29,12 +41,22 @@ def fold(text: str) -> str:
     return text.casefold()
 
 
+def is_recall_tool_event(event: Event) -> bool:
+    """True for a call of a recall tool (:data:`RECALL_TOOL_NAMES`) or its result (the engine
+    names each result after its call when it is stored)."""
+    return event.type in (EventType.TOOL_CALL, EventType.TOOL_RESULT) and event.tool_name in RECALL_TOOL_NAMES
+
+
 def search_text(event: Event) -> str | None:
-    """The folded text an event is searched by, or None for events that are never searched
-    (system events and summaries)."""
+    """The folded text an event is searched by (what every store keeps beside the event), or
+    None for events that are never searched (system events and summaries). Recall-tool events
+    are marked with :data:`RECALL_MARK` so that a query can leave them out without reading them."""
     if event.type not in SEARCHABLE_TYPES:
         return None
-    return fold(event.text())
+    folded = fold(event.text())
+    if is_recall_tool_event(event):
+        return RECALL_MARK + folded
+    return folded.lstrip()
 
 
 @dataclass(frozen=True)
@@ -45,10 +67,20 @@ class SearchQuery:
     match_mode: MatchMode
     offset: int
     limit: int
+    #: also match the calls and results of the recall tools (off: they only echo other events)
+    include_recall_tools: bool = False
 
     @classmethod
-    def build(cls, keyword: Any, match_mode: Any = "phrase", page: Any = 0, page_size: int = 10) -> SearchQuery:
-        """Validate user input into a query; raises :class:`SearchError` naming the bad value."""
+    def build(
+        cls,
+        keyword: Any,
+        match_mode: Any = "phrase",
+        page: Any = 0,
+        page_size: int = 10,
+        include_recall_tools: bool = False,
+    ) -> SearchQuery:
+        """Validate user input into a query (``page`` counts from 0); raises
+        :class:`SearchError` naming the bad value."""
         if not isinstance(keyword, str) or not keyword.strip():
             raise SearchError(f"keyword ({keyword!r}) must be a non-blank string")
         try:
@@ -67,7 +99,15 @@ class SearchQuery:
             page = 0
         if isinstance(page, bool) or not isinstance(page, int) or page < 0:
             raise SearchError(f"page ({page!r}) must be a whole number, 0 or more")
-        return cls(keyword=keyword, match_mode=mode, offset=page * page_size, limit=page_size)
+        if not isinstance(include_recall_tools, bool):
+            raise SearchError(f"include_recall_tools ({include_recall_tools!r}) must be True or False")
+        return cls(
+            keyword=keyword,
+            match_mode=mode,
+            offset=page * page_size,
+            limit=page_size,
+            include_recall_tools=include_recall_tools,
+        )
 
     @property
     def terms(self) -> tuple[str, ...]:
@@ -77,7 +117,9 @@ class SearchQuery:
         return tuple(dict.fromkeys(fold(word) for word in self.keyword.split()))
 
     def matches(self, folded_text: str) -> bool:
-        """True when the folded text matches this query."""
+        """True when a stored search text (:func:`search_text`) matches this query."""
+        if folded_text.startswith(RECALL_MARK) and not self.include_recall_tools:
+            return False
         if self.match_mode is MatchMode.ANY:
             return any(term in folded_text for term in self.terms)
         return all(term in folded_text for term in self.terms)

@@ -135,7 +135,7 @@ def test_an_empty_memory_conversation(capsys):
     [
         (["--url", "bogus://x", "window"], "store URL scheme ('bogus') is not supported"),
         (["--url", "memory://", "search", "   "], "keyword ('   ') must be a non-blank string"),
-        (["--url", "memory://", "search", "x", "--page", "-1"], "page (-1) must be a whole number"),
+        (["--url", "memory://", "search", "x", "--page", "0"], "page (0) must be a whole number"),
         (["templates", "show", "nope"], "unknown template 'nope'"),
         (["templates", "show"], "templates show needs a template name"),
         (["--url", "memory://", "--template", "nope", "window"], "unknown template 'nope'"),

@@ -25,7 +25,7 @@ V2_MEMORY = [REGISTRY.get(f"{name}/v2") for name in MEMORY_NODE_NAMES]
 MEMORY_FIELD_NAMES = {field.alias for field in MemoryConfig.model_fields.values()}
 
 #: Which memory fields each strategy shows (beside conversationId, compactionStrategy and the
-#: search tool switch, which every strategy shows).
+#: search tool and compression switches, which every strategy shows).
 SHOWN = {
     "none": set(),
     "sliding_window": {"maxEvents", "maxArchivedEvents"},
@@ -40,7 +40,7 @@ SHOWN = {
         "maxArchivedEvents",
     },
 }
-ALWAYS = {"conversationId", "compactionStrategy", "enableConversationSearchTool"}
+ALWAYS = {"conversationId", "compactionStrategy", "enableConversationSearchTool", "compressToolResults"}
 CONNECTION = {
     "chatMemory": set(),
     "inMemoryChatMemory": set(),
@@ -103,6 +103,8 @@ def test_show_if_shows_each_strategy_only_the_fields_it_needs(definition, strate
     assert visible - CONNECTION[definition.name] == ALWAYS | SHOWN[strategy]
     with_search = set(definition.visible_fields({"compactionStrategy": strategy, "enableConversationSearchTool": True}))
     assert with_search - visible == {"searchPageSize"}
+    compressing = set(definition.visible_fields({"compactionStrategy": strategy, "compressToolResults": True}))
+    assert compressing - visible == {"minToolResultCompressTokens", "keepRecentToolResults"}
 
 
 GOOD = [

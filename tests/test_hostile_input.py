@@ -22,6 +22,7 @@ from chat_memory.backends.base import MAX_CONVERSATION_ID_LENGTH
 from chat_memory.backends.in_memory import InMemoryStore
 from chat_memory.render import to_anthropic, to_openai
 from chat_memory.errors import ConfigurationError, InvalidEventError, InvalidInputError, SearchError
+from chat_memory.pins import current
 from chat_memory.search import SearchQuery, search_events, search_text
 from tests.helpers import fixed_tokens
 from tests.validators import validate_anthropic_request, validate_openai_messages
@@ -121,10 +122,15 @@ def check_stored_faithfully(memory: ChatMemory, cid: str, batches: list[list[Eve
     added = [e for batch in batches for e in batch]
     history = memory.history(cid)
     assert [e.seq for e in history] == list(range(1, len(added) + 1))
-    assert [as_added(e) for e in history] == [as_added(e) for e in added]
-    assert [e.id for e in memory.window(cid)] == [e.id for e in added if e.type.value == "system"] + [
-        e.id for e in added if e.type.value != "system"
+    # as added, except that a result without a tool name is named after its call
+    names = {e.tool_call_id: e.tool_name for e in added if e.type.value == "tool_call"}
+    expected = [
+        e.model_copy(update={"tool_name": names.get(e.tool_call_id)}) if e.type.value == "tool_result" and not e.tool_name else e
+        for e in added
     ]
+    assert [as_added(e) for e in history] == [as_added(e) for e in expected]
+    pinned = current([e.model_copy(update={"seq": i}) for i, e in enumerate(added, start=1) if e.type.value == "system"])
+    assert [e.id for e in memory.window(cid)] == [e.id for e in pinned] + [e.id for e in added if e.type.value != "system"]
 
 
 def check_searches_like_the_reference(memory: ChatMemory, cid: str, keyword: str) -> None:

@@ -14,6 +14,7 @@ import pytest
 from chat_memory import ChatMemory, ConfigurationError, Event, MemoryConfig, open_store
 from chat_memory.backends import ConnectionField, StoreNode, StoreOption, registry, schemes, store_classes
 from chat_memory.backends.in_memory import InMemoryStore
+from chat_memory.events import turn_starts
 from chat_memory.components import memory_definitions, memory_settings
 from chat_memory.strategies import Cut, Strategy, choose_cut, strategy_names
 from chat_memory.strategies import base as strategy_base
@@ -171,24 +172,22 @@ def test_a_missing_sql_driver_names_the_extra(monkeypatch):
 # -- strategies -------------------------------------------------------------------------------
 
 
-class KeepOneTurn(Strategy):
-    """A third-party strategy: one module, nothing else edited."""
-
-    name = "toy_keep_one_turn"
-    label = "Keep one turn (toy)"
-    settings = ("max_events",)
-
-    def plan(self, window):
-        from chat_memory.events import turn_starts
-
-        starts = turn_starts(window.active)
-        return choose_cut(window.active, starts[-1]) if len(starts) > 1 else None
-
-
 @pytest.fixture
 def toy_strategy():
+    """A third-party strategy: one module, nothing else edited. Defined in the fixture so that
+    it is registered only while these tests run (other tests enumerate the strategies)."""
+
+    class KeepOneTurn(Strategy):
+        name = "toy_keep_one_turn"
+        label = "Keep one turn (toy)"
+        settings = ("max_events",)
+
+        def plan(self, window):
+            starts = turn_starts(window.active)
+            return choose_cut(window.active, starts[-1]) if len(starts) > 1 else None
+
     yield KeepOneTurn
-    strategy_base._REGISTRY[KeepOneTurn.name] = KeepOneTurn  # (still registered: the class is module-level)
+    del strategy_base._REGISTRY[KeepOneTurn.name]
 
 
 def test_a_strategy_outside_the_package_is_selectable(toy_strategy):

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 from ..errors import ConfigurationError
 
 from ..events import Event, Window
+from ..pins import superseded
 from ..search import SearchQuery, SearchResult, search_events
 from .base import (
     CompactionPlan,
@@ -93,10 +94,20 @@ class InMemoryStore(CompactsWhileAppending, Store):
             numbered = number(events, conv.last_seq)
             pinned, real = split_appended(numbered)
             conv.pinned.extend(pinned)
+            if pinned:
+                self._unpin_superseded(conv)
             conv.active.extend(real)
             conv.last_seq += len(numbered)
             conv.version += 1
             return self._snapshot(cid, conv)
+
+    @staticmethod
+    def _unpin_superseded(conv: _Conversation) -> None:
+        gone = superseded(conv.pinned)
+        if gone:
+            seqs = {e.seq for e in gone}
+            conv.pinned = [e for e in conv.pinned if e.seq not in seqs]
+            conv.archive = deque(sorted([*conv.archive, *map(archived_copy, gone)], key=lambda e: e.seq or 0))
 
     def append_compacting(
         self, conversation_id: str, events: Sequence[Event], planner: Callable[[Snapshot], CompactionPlan | None]

@@ -324,7 +324,11 @@ class RedisStore(Store):
     def search(self, conversation_id: str, query: SearchQuery) -> SearchResult:
         cid = check_conversation_id(conversation_id)
         mode = "any" if query.match_mode is MatchMode.ANY else "all"
-        total, hits = self._call(self._scripts["search"], self._keys(cid)[:6], (mode, query.offset, query.limit, *query.terms))
+        total, hits = self._call(
+            self._scripts["search"],
+            self._keys(cid)[:6],
+            (mode, query.offset, query.limit, "1" if query.include_recall_tools else "0", *query.terms),
+        )
         events = [_event(hits[i + 1], archived=_text(hits[i]) == "1") for i in range(0, len(hits), 2)]
         return SearchResult(events=events, total=int(total))
 

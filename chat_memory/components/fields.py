@@ -124,10 +124,19 @@ _MEMORY_FIELD_TEXTS: tuple[tuple[str, dict[str, Any], str, bool], ...] = (
     ("search_page_size", _POSITIVE_INT, "Results per page of conversation_search.", True),
     ("max_archived_events", {"type": ["integer", "null"], "minimum": 1},
      "Oldest archived events beyond this many are dropped; empty means the storage's default.", True),
+    ("compress_tool_results", {"type": "boolean"},
+     "Show large tool results the model has already read as a short preview once the window fills up; "
+     "the full text stays stored and the agent gets fetch_tool_result to read it again.", False),
+    ("min_tool_result_compress_tokens", _POSITIVE_INT, "Tool results smaller than this many tokens are never shortened.", True),
+    ("keep_recent_tool_results", {"type": "integer", "minimum": 0}, "Newest tool results always shown in full.", True),
 )
 #: Memory fields every strategy shows, and those that follow another field instead.
-_ALWAYS_SHOWN = frozenset({"compaction_strategy", "enable_conversation_search_tool"})
-_SHOWN_BY_FIELD: dict[str, ShowIf] = {"search_page_size": {"enableConversationSearchTool": [True]}}
+_ALWAYS_SHOWN = frozenset({"compaction_strategy", "enable_conversation_search_tool", "compress_tool_results"})
+_SHOWN_BY_FIELD: dict[str, ShowIf] = {
+    "search_page_size": {"enableConversationSearchTool": [True]},
+    "min_tool_result_compress_tokens": {"compressToolResults": [True]},
+    "keep_recent_tool_results": {"compressToolResults": [True]},
+}
 
 
 def shown_for(config_field: str) -> list[str]:

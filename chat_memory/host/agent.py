@@ -11,8 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import ChatMemory, ChatMemoryError, Event, to_anthropic
-from ..tools import ConversationSearchTool, ToolOutput
+from .. import ChatMemory, ChatMemoryError, Event
+from ..tools import ConversationSearchTool, FetchToolResultTool, ToolOutput
+
+Tool = ConversationSearchTool | FetchToolResultTool
 
 #: Model calls in one turn that may use tools; one more call (tools disabled) must answer.
 DEFAULT_MAX_TOOL_ROUNDS = 8
@@ -61,12 +63,15 @@ class Agent:
         self.max_tokens = max_tokens
         self.max_tool_rounds = max_tool_rounds
 
-    def tools(self, conversation_id: str) -> dict[str, ConversationSearchTool]:
-        """The tools the model gets in this conversation, by name."""
-        if not self.memory.config.enable_conversation_search_tool:
-            return {}
-        tool = self.memory.search_tool(conversation_id)
-        return {tool.name: tool}
+    def tools(self, conversation_id: str) -> dict[str, Tool]:
+        """The tools the model gets in this conversation, by name: ``conversation_search``
+        when enabled, ``fetch_tool_result`` when tool results are compressed."""
+        tools: list[Tool] = []
+        if self.memory.config.enable_conversation_search_tool:
+            tools.append(self.memory.search_tool(conversation_id))
+        if self.memory.config.compress_tool_results:
+            tools.append(self.memory.fetch_tool(conversation_id))
+        return {tool.name: tool for tool in tools}
 
     def run_turn(self, conversation_id: str, message: str) -> TurnResult:
         """Answer one user message; every event of the turn ends up stored."""
@@ -99,12 +104,10 @@ class Agent:
         reply = texts[-1] if texts else ""
         return TurnResult(conversation_id, reply, records, calls, stored, stop_reason)
 
-    def _call_model(self, conversation_id: str, tools: dict[str, ConversationSearchTool], last_round: bool) -> Any:
-        # cache breakpoints on: the system prompt, the summary and the growing tail are served from
-        # the prompt cache on the next call (``system`` is then a list of text blocks)
-        system, messages = to_anthropic(
-            self.memory.window(conversation_id), self.system_prompt, self.memory.config.summary_placement, cache=True
-        )
+    def _call_model(self, conversation_id: str, tools: dict[str, Tool], last_round: bool) -> Any:
+        # cache breakpoints on (the default): the system prompt, the summary and the growing tail
+        # are served from the prompt cache on the next call (``system`` is then a list of blocks)
+        system, messages = self.memory.to_anthropic(conversation_id, self.system_prompt)
         request: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, "messages": messages}
         if system:
             request["system"] = system
@@ -115,7 +118,7 @@ class Agent:
         return self.client.messages.create(**request)
 
     @staticmethod
-    def _run_tool(tools: dict[str, ConversationSearchTool], use: Any) -> ToolOutput:
+    def _run_tool(tools: dict[str, Tool], use: Any) -> ToolOutput:
         """Run one tool call; failures go back to the model as an error result, not up the stack."""
         tool = tools.get(use.name)
         if tool is None:

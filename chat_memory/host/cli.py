@@ -20,7 +20,7 @@ from ..search import SearchQuery
 from ..templates import template_names, template_source
 from ..testing.scripted_model import API_KEY as SCRIPTED_API_KEY
 from ..testing.scripted_model import LABEL as SCRIPTED_LABEL
-from ..tools import format_page
+from ..tools import format_page, tool_page
 from .demo import run_demo
 from .nodes import default_registry
 from .runtime import ChatWorkflow
@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     command("history", "show every stored event, archived ones included")
     search = command("search", "search the whole conversation (literal, case-insensitive)")
     search.add_argument("keyword", help="text to look for")
-    search.add_argument("--page", type=int, default=0, help="page number, 0 first (default 0)")
+    search.add_argument("--page", type=int, default=1, help="page number, 1 first, as in the output (default 1)")
     search.add_argument(
         "--mode", choices=["phrase", "all", "any"], default="phrase", help="match mode (default phrase)"
     )
@@ -163,7 +163,7 @@ def _history(args: argparse.Namespace) -> int:
 def _search(args: argparse.Namespace) -> int:
     with _Session(args) as session:
         memory = session.memory()
-        query = SearchQuery.build(args.keyword, args.mode, args.page, memory.config.search_page_size)
+        query = SearchQuery.build(args.keyword, args.mode, tool_page(args.page), memory.config.search_page_size)
         print(format_page(memory.run_search(session.conversation, query), query))
     return 0
 

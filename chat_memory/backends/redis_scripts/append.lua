@@ -1,4 +1,4 @@
--- ARGV: conversation id, ttl, request token, then (kind "p"|"a", envelope, folded text) per event.
+-- ARGV: conversation id, ttl, request token, then (kind "p"|"a", envelope, folded text or pin key) per event.
 local cid, ttl, token = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local owner = redis.call('HGET', meta, 'cid')
 if owner and owner ~= cid then
@@ -11,11 +11,13 @@ if redis.call('ZSCORE', recent, token) then
 end
 local last = tonumber(redis.call('HGET', meta, 'last_seq') or '0')
 local searchable = {}
+local pins = false
 for i = 4, #ARGV, 3 do
   last = last + 1
   local element = string.format('%d:%s', last, ARGV[i + 1])
   if ARGV[i] == 'p' then
     redis.call('RPUSH', pinned, element)
+    pins = true
   else
     redis.call('RPUSH', active, element)
     searchable[#searchable + 1] = last
@@ -24,6 +26,28 @@ for i = 4, #ARGV, 3 do
 end
 if #searchable > 0 then
   redis.call('HSET', texts, unpack(searchable))
+end
+if pins then
+  -- a newer pinned event with the same pin key supersedes an older one: archive the older
+  -- (the rule of chat_memory.pins.pin_key: metadata.key when a non-empty string, else 'system')
+  local elements = redis.call('LRANGE', pinned, 0, -1)
+  local newest = {}
+  local keys = {}
+  for index, element in ipairs(elements) do
+    local ok, event = pcall(cjson.decode, string.sub(element, #tostring(seq_of(element)) + 2))
+    local key = ok and type(event.metadata) == 'table' and event.metadata.key
+    if type(key) ~= 'string' or key == '' then
+      key = 'system'
+    end
+    keys[index] = key
+    newest[key] = index
+  end
+  for index, element in ipairs(elements) do
+    if newest[keys[index]] ~= index then
+      redis.call('LREM', pinned, 1, element)
+      redis.call('ZADD', archive, seq_of(element), element)
+    end
+  end
 end
 redis.call('HSET', meta, 'cid', cid, 'last_seq', last)
 redis.call('HINCRBY', meta, 'version', 1)

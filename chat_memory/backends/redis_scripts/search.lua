@@ -1,13 +1,17 @@
 -- Literal matching over the folded texts stored at append time (folded by Python, so the
 -- case rules are Python's casefold, not Lua's lower).
--- ARGV: mode ("any" or "all"), offset, limit, folded terms...
-local mode, offset, limit = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+-- ARGV: mode ("any" or "all"), offset, limit, include recall tools ("1" or "0"), folded terms...
+local mode, offset, limit, recall = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4] == '1'
 local terms = {}
-for i = 4, #ARGV do
+for i = 5, #ARGV do
   terms[#terms + 1] = ARGV[i]
 end
 
 local function matches(text)
+  -- texts of the recall tools' own calls and results start with byte 0x1f (search.RECALL_MARK)
+  if not recall and string.byte(text, 1) == 31 then
+    return false
+  end
   for _, term in ipairs(terms) do
     local found = string.find(text, term, 1, true) ~= nil
     if found == (mode == 'any') then

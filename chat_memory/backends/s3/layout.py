@@ -135,6 +135,9 @@ class Head:
     active: tuple[Event, ...] = ()
     compaction_error: str | None = None
     segments: tuple[SegmentRef, ...] = field(default_factory=tuple)
+    #: pinned events a newer one with the same pin key superseded: archived, kept here (they
+    #: are few, and moving one into the seq-ordered segments would rewrite the whole archive)
+    unpinned: tuple[Event, ...] = ()
     #: ids of the last few writes that stored this head (see ``S3Store._write_head``)
     writes: tuple[str, ...] = ()
 
@@ -146,7 +149,7 @@ class Head:
 
     @property
     def archived_count(self) -> int:
-        return sum(ref.live for ref in self.segments)
+        return sum(ref.live for ref in self.segments) + len(self.unpinned)
 
     def snapshot(self) -> Snapshot:
         return Snapshot(
@@ -173,6 +176,7 @@ class Head:
             "summary": _dump(self.summary) if self.summary is not None else None,
             "active": [_dump(e) for e in self.active],
             "archive": [ref.to_json() for ref in self.segments],
+            "unpinned": [_dump(e) for e in self.unpinned],
             "writes": list(self.writes),
         }
         return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
@@ -192,6 +196,7 @@ class Head:
             active=tuple(Event.model_validate(e) for e in doc["active"]),
             segments=tuple(SegmentRef.from_json(ref) for ref in doc["archive"]),
             writes=tuple(doc.get("writes", ())),
+            unpinned=tuple(Event.model_validate(e) for e in doc.get("unpinned", ())),
         )
 
 

@@ -13,6 +13,7 @@ from urllib.parse import quote, urlencode
 
 from ...errors import ChatMemoryError, ConcurrencyError, ConfigurationError, StorageError
 from ...events import Event
+from ...pins import superseded
 from ...search import SearchQuery, SearchResult, search_text
 from ..base import (
     Backoff,
@@ -323,10 +324,13 @@ class S3Store(CompactsWhileAppending, Store):
     @staticmethod
     def _appended(head: Head, events: Sequence[Event]) -> Head:
         pinned, real = split_appended(number(events, head.last_seq))
+        all_pinned = (*head.pinned, *pinned)
+        gone = {e.seq for e in superseded(all_pinned)} if pinned else set()
         return head.evolve(
             version=head.version + 1,
             last_seq=head.last_seq + len(events),
-            pinned=(*head.pinned, *pinned),
+            pinned=tuple(e for e in all_pinned if e.seq not in gone),
+            unpinned=(*head.unpinned, *(archived_copy(e) for e in all_pinned if e.seq in gone)),
             active=(*head.active, *real),
         )
 
@@ -406,7 +410,7 @@ class S3Store(CompactsWhileAppending, Store):
 
         def read(head: Head, segments: list[Segment]) -> list[Event]:
             everything = [e for ref, seg in zip(head.segments, segments) for e in seg.live_events(ref.skip)]
-            everything += [*head.pinned, *head.active]
+            everything += [*head.pinned, *head.unpinned, *head.active]
             if head.summary is not None:
                 everything.append(head.summary)
             return sorted(everything, key=lambda e: e.seq or 0)

@@ -14,7 +14,8 @@ import sqlalchemy as sa
 
 from ...errors import ConcurrencyError, ConfigurationError
 from ...events import Event, EventType, Window
-from ...search import MatchMode, SearchQuery, SearchResult, search_events, search_text
+from ...pins import superseded
+from ...search import RECALL_MARK, MatchMode, SearchQuery, SearchResult, search_events, search_text
 from ..base import (
     Backoff,
     CompactionPlan,
@@ -333,8 +334,28 @@ class SQLStore(CompactsWhileAppending, Store):
             ref, last_seq, version = row.id, row.last_seq, row.version
         if batch:
             connection.execute(self.tables.events.insert(), self._event_rows(ref, batch, last_seq + 1))
+        if any(e.type is EventType.SYSTEM for e in batch):
+            self._unpin_superseded(connection, ref)
         connection.execute(self._bump, {"b_ref": ref, "b_last_seq": last_seq + len(batch), "b_version": version + 1, "b_now": now})
         return self._read_window(connection, cid)
+
+    def _unpin_superseded(self, connection: sa.Connection, ref: int) -> None:
+        """Archive the pinned events a newer one with the same pin key supersedes (the
+        conversation's row is locked by the caller)."""
+        conversations, events = self.tables.conversations, self.tables.events
+        pinned_rows = sa.and_(
+            events.c.conversation_ref == ref, events.c.archived == sa.false(), events.c.type == EventType.SYSTEM.value
+        )
+        pinned = [Event.from_json(body) for body in connection.execute(sa.select(events.c.body).where(pinned_rows)).scalars()]
+        gone = [e.seq for e in superseded(pinned)]
+        if not gone:
+            return
+        connection.execute(events.update().where(pinned_rows, events.c.seq.in_(gone)).values(archived=True))
+        connection.execute(
+            conversations.update()
+            .where(conversations.c.id == ref)
+            .values(archived_count=conversations.c.archived_count + len(gone))
+        )
 
     def _apply_in(self, connection: sa.Connection, cid: str, plan: CompactionPlan) -> bool:
         """The statements of a compaction, inside the caller's write transaction."""
@@ -446,7 +467,9 @@ class SQLStore(CompactsWhileAppending, Store):
             .where(conversations.c.conversation_key == conversation_key(cid))
             .scalar_subquery()
         )
-        where = (events.c.conversation_ref == ref, events.c.search_text.is_not(None), matched)
+        where: tuple[Any, ...] = (events.c.conversation_ref == ref, events.c.search_text.is_not(None), matched)
+        if not query.include_recall_tools:
+            where += (sa.not_(events.c.search_text.startswith(RECALL_MARK, autoescape=True)),)
         with self._tx.read() as connection:
             total = connection.execute(sa.select(sa.func.count()).select_from(events).where(*where)).scalar_one()
             rows = []
