@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 from ..errors import ChatMemoryError, ConfigurationError
 from .base import CompactionPlan, Snapshot, Store, check_conversation_id
 from .in_memory import InMemoryStore
+from .urls import redact_url
 
 ENV_URL = "CHAT_MEMORY_URL"
 
@@ -33,7 +34,7 @@ def _backend_for(url: str) -> tuple[str, str, str | None]:
     scheme = urlsplit(url).scheme.lower()
     if not scheme:
         raise ConfigurationError(
-            f"store URL ({url!r}) has no scheme; use memory://, sqlite:///path, postgresql+psycopg://…, "
+            f"store URL ({redact_url(url)!r}) has no scheme; use memory://, sqlite:///path, postgresql+psycopg://…, "
             "redis://…, redis+cluster://…, or s3://bucket/prefix"
         )
     if scheme in _BACKENDS:
@@ -68,9 +69,9 @@ def open_store(url: str | None = None, **options: Any) -> Store:
     except ChatMemoryError:
         raise
     except ModuleNotFoundError as exc:  # a SQL dialect's driver (pymysql…) is imported when the engine is built
-        raise ConfigurationError(f"the driver for {scheme}:// is missing ({exc.name}); install it") from exc
+        raise ConfigurationError(f"the driver for {scheme}:// is missing ({exc.name}); " + (f"pip install 'chat-memory[{extra}]'" if extra else "install it")) from exc
     except Exception as exc:  # whatever else a driver says about a URL it cannot use
-        raise ConfigurationError(f"the {scheme}:// store cannot be opened from this URL: {type(exc).__name__}: {exc}") from exc
+        raise ConfigurationError(f"the {scheme}:// store cannot be opened from this URL: {type(exc).__name__}: {str(exc).replace(url, redact_url(url))}") from exc
 
 
 def default_path() -> Path:
@@ -81,13 +82,12 @@ def default_path() -> Path:
 
 
 def default_url() -> str:
-    """The built-in store's URL: ``CHAT_MEMORY_URL`` when set, else the embedded SQLite file."""
+    """The built-in store's URL: ``CHAT_MEMORY_URL`` when set, else the embedded SQLite file.
+    Creates nothing (the SQL store creates the file's folder when it is opened)."""
     url = os.environ.get(ENV_URL, "").strip()
     if url:
         return url
-    path = default_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{path}"
+    return f"sqlite:///{default_path()}"
 
 
 __all__ = ["ENV_URL", "CompactionPlan", "InMemoryStore", "Snapshot", "Store", "check_conversation_id", "default_path", "default_url", "open_store"]

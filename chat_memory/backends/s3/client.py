@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ...errors import ConfigurationError
+from ..urls import redact_url
 
 #: Codes S3 answers a conditional write with when another writer got there first.
 CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
@@ -54,10 +55,10 @@ def parse_url(url: str) -> S3Location:
     """Split an ``s3://`` URL; unknown or malformed options raise :class:`ConfigurationError`."""
     parts = urlsplit(url)
     if parts.scheme.lower() != "s3":
-        raise ConfigurationError(f"S3 store URL ({url!r}) must start with s3://")
+        raise ConfigurationError(f"S3 store URL ({redact_url(url)!r}) must start with s3://")
     bucket = parts.netloc
     if len(bucket) < 3 or "@" in bucket:
-        raise ConfigurationError(f"S3 store URL ({url!r}) must name a bucket of 3 or more characters: s3://bucket/prefix")
+        raise ConfigurationError(f"S3 store URL ({redact_url(url)!r}) must name a bucket of 3 or more characters: s3://bucket/prefix")
     location = S3Location(bucket=bucket, prefix=unquote(parts.path))
     for name, value in parse_qsl(parts.query, keep_blank_values=True):
         if name in ("region", "region_name"):
