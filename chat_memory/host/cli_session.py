@@ -52,7 +52,8 @@ class Session:
         self.url: str = args.url or default_url()
         #: the URL as shown in headers and messages (credentials masked)
         self.shown_url = redact_url(self.url)
-        self.embedded = not args.url and not os.environ.get(ENV_URL, "").strip()
+        self.url_source = "--url" if args.url else (ENV_URL if os.environ.get(ENV_URL, "").strip() else None)
+        self.embedded = self.url_source is None
         self.given_conversation: str | None = args.conversation
         self.conversation = DEFAULT_CONVERSATION if args.conversation is None else args.conversation
         self.template_given = args.template is not None
@@ -128,7 +129,7 @@ class Session:
             raise ConfigurationError(f"the data folder {folder} cannot be created ({reason}); {where}") from None
 
     def _hint(self) -> str:
-        return "chat-memory demo or chat creates it" if self.embedded else "check --url"
+        return "chat-memory demo or chat creates it" if self.embedded else f"check {self.url_source}"
 
     def __enter__(self) -> Session:
         return self
