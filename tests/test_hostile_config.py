@@ -162,11 +162,11 @@ def test_unusable_store_urls_are_configuration_errors(url, tmp_path, aws_env):
         open_store(url)
 
 
-CLI_CASES = [
-    (["history", "-c", "../x"], 0),
-    (["window", "-c", "*"], 0),
-    (["compact", "-c", "{}"], 0),
-    (["search", "-c", "%", "%_"], 0),
+CLI_CASES = [  # conversation "c" exists; the others are unknown (exit 1, named in the message)
+    (["history", "-c", "../x"], 1),
+    (["window", "-c", "*"], 1),
+    (["compact", "-c", "{}", "--strategy", "none"], 1),
+    (["search", "-c", "%", "%_"], 1),
     (["search", "-c", "c", "--", "-ß"], 0),
     (["search", "-c", "c", "x", "--page", "99999999999999999999999"], 0),
     (["search", "-c", "c", " "], 2),
@@ -183,7 +183,11 @@ CLI_CASES = [
 def test_the_command_line_answers_hostile_arguments_with_a_message(argv, code, tmp_path, monkeypatch, capsys):
     from chat_memory.host.cli import main
 
+    from chat_memory import ChatMemory, Event, open_store
+
     monkeypatch.setenv("CHAT_MEMORY_URL", f"sqlite:///{tmp_path / 'cli.db'}")
+    with open_store() as store:
+        ChatMemory(store).add("c", Event.user("hello"))
     assert main(argv) == code
     captured = capsys.readouterr()
     assert "Traceback" not in captured.err

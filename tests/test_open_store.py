@@ -28,7 +28,7 @@ def test_default_url_follows_the_environment(monkeypatch, tmp_path):
     monkeypatch.delenv("CHAT_MEMORY_URL")
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
     assert default_url() == f"sqlite:///{tmp_path}/chat-memory/chat-memory.db"
-    assert (tmp_path / "chat-memory").is_dir()
+    assert not (tmp_path / "chat-memory").exists()  # naming the store creates nothing
 
 
 def test_driver_errors_become_storage_errors():

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 from ..errors import ChatMemoryError, ConfigurationError
 from .base import CompactionPlan, ConnectionField, Snapshot, Store, StoreNode, StoreOption, check_conversation_id
 from .registry import schemes, store_class_for, store_classes
+from .urls import redact_url
 
 ENV_URL = "CHAT_MEMORY_URL"
 
@@ -39,7 +40,7 @@ def open_store(url: str | None = None, **options: Any) -> Store:
     scheme = urlsplit(url).scheme.lower()
     if not scheme:
         raise ConfigurationError(
-            f"store URL ({redact(url)!r}) has no scheme; use one of: {', '.join(f'{s}://' for s in schemes())}"
+            f"store URL ({redact_url(url)!r}) has no scheme; use one of: {', '.join(f'{s}://' for s in schemes())}"
         )
     store_class = store_class_for(scheme)
     try:
@@ -52,17 +53,8 @@ def open_store(url: str | None = None, **options: Any) -> Store:
         raise ConfigurationError(f"the driver for {scheme}:// is missing ({exc.name}); {hint}") from exc
     except Exception as exc:  # whatever else a driver says about a URL it cannot use
         raise ConfigurationError(
-            f"the {scheme}:// store cannot be opened from this URL: {type(exc).__name__}: {redact(str(exc))}"
+            f"the {scheme}:// store cannot be opened from this URL: {type(exc).__name__}: {redact_url(str(exc))}"
         ) from exc
-
-
-def redact(text: str) -> str:
-    """``text`` with the credentials of any URL in it masked (see :mod:`.urls` when present)."""
-    try:
-        from .urls import redact_url
-    except ImportError:
-        return text
-    return redact_url(text)
 
 
 def default_path() -> Path:
@@ -73,13 +65,12 @@ def default_path() -> Path:
 
 
 def default_url() -> str:
-    """The built-in store's URL: ``CHAT_MEMORY_URL`` when set, else the embedded SQLite file."""
+    """The built-in store's URL: ``CHAT_MEMORY_URL`` when set, else the embedded SQLite file.
+    Creates nothing (the SQL store creates the file's folder when it is opened)."""
     url = os.environ.get(ENV_URL, "").strip()
     if url:
         return url
-    path = default_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return f"sqlite:///{path}"
+    return f"sqlite:///{default_path()}"
 
 
 __all__ = [
@@ -95,6 +86,7 @@ __all__ = [
     "default_path",
     "default_url",
     "open_store",
+    "redact_url",
     "schemes",
     "store_class_for",
     "store_classes",

@@ -1,34 +1,43 @@
-"""The ``chat-memory`` command line: run the demo or a chat, and look into a stored
-conversation (window, history, search, compact, stats), the nodes and the templates.
+"""The ``chat-memory`` command line: run the demo or a chat, and look into stored
+conversations (list, window, history, search, stats, compact, clear), the nodes and the
+templates.
 
-Exit codes: 0 success, 1 runtime failure (the store or the model failed), 2 usage or
-configuration error. Errors are one line on stderr."""
+Exit codes: 0 success, 1 runtime failure (the store or the model failed, an unknown
+conversation, a store that does not exist yet), 2 usage or configuration error, 141 output
+closed early (``| head``). Errors are one line on stderr; store URLs are shown with their
+credentials masked."""
 
 from __future__ import annotations
 
 import argparse
-import json
+import logging
 import os
+import re
 import sys
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from .. import ChatMemoryError, ConfigurationError, Event, EventType, InvalidInputError, Store, open_store
-from ..backends import ENV_URL, default_url
+from .. import ChatMemoryError, ConfigurationError, Event, EventType, InvalidInputError, MemoryConfig
+from ..backends import ENV_URL
+from ..backends import redact_url
 from ..search import SearchQuery
+from ..strategies import strategy_names
 from ..templates import template_names, template_source
 from ..testing.scripted_model import API_KEY as SCRIPTED_API_KEY
 from ..testing.scripted_model import LABEL as SCRIPTED_LABEL
 from ..tools import format_page, tool_page
+from . import cli_json
+from .cli_session import DEFAULT_CONVERSATION, DEFAULT_TEMPLATE, LIMIT_FLAGS, CommandError, Session, chosen_config
 from .demo import run_demo
 from .nodes import default_registry
-from .runtime import ChatWorkflow
 from .workflow import load_template
 
-DEFAULT_TEMPLATE = "compacting-chat"
-DEFAULT_CONVERSATION = "default"
 CONTENT_WIDTH = 100
+LIST_PAGE_SIZE = 50
+#: exit code when stdout is closed early (128 + SIGPIPE, what a shell reports for `yes | head`)
+EXIT_PIPE_CLOSED = 141
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"]+")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,27 +52,42 @@ def build_parser() -> argparse.ArgumentParser:
     common = _common_options(top_level=False)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
 
-    def command(name: str, help_text: str) -> argparse.ArgumentParser:
-        return commands.add_parser(name, help=help_text, description=help_text, parents=[common])
+    def command(name: str, help_text: str, json_output: bool = False) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=help_text, description=help_text, parents=[common])
+        if json_output:
+            sub.add_argument("--json", action="store_true", help="print JSON for scripts (shapes: docs/cli.md)")
+        return sub
 
-    demo = command("demo", "run the five-facts conversation of the compacting-chat template end to end")
-    demo.add_argument(
-        "--scripted", action="store_true", help="use the scripted stand-in model even with ANTHROPIC_API_KEY"
+    scripted = {"action": "store_true", "help": "use the scripted stand-in model even with ANTHROPIC_API_KEY"}
+    command("demo", "run the five-facts conversation of the compacting-chat template end to end").add_argument(
+        "--scripted", **scripted
     )
-    chat = command("chat", "chat interactively through the template (/quit or end of input to stop)")
-    chat.add_argument(
-        "--scripted", action="store_true", help="use the scripted stand-in model even with ANTHROPIC_API_KEY"
+    command("chat", "chat interactively through the template (/quit or end of input to stop)").add_argument(
+        "--scripted", **scripted
     )
-    command("window", "show what the model sees now, with tokens per event")
-    command("history", "show every stored event, archived ones included")
-    search = command("search", "search the whole conversation (literal, case-insensitive)")
+    listing = command("list", "list the stored conversation ids, sorted, a page at a time", json_output=True)
+    listing.add_argument("--page", type=int, default=1, help="page number, 1 first (default 1)")
+    listing.add_argument("--page-size", type=int, default=LIST_PAGE_SIZE, help=f"ids per page (default {LIST_PAGE_SIZE})")
+    command("window", "show what the model sees now, with tokens per event", json_output=True)
+    command("history", "show every stored event, archived ones included", json_output=True)
+    search = command("search", "search the whole conversation (literal, case-insensitive)", json_output=True)
     search.add_argument("keyword", help="text to look for")
     search.add_argument("--page", type=int, default=1, help="page number, 1 first, as in the output (default 1)")
+    search.add_argument("--page-size", type=int, help="hits per page (default: the template's search page size)")
     search.add_argument(
         "--mode", choices=["phrase", "all", "any"], default="phrase", help="match mode (default phrase)"
     )
-    command("compact", "run the template's compaction strategy now")
-    command("stats", "counts of the window and the archive")
+    compact = command(
+        "compact",
+        "compact now with the strategy you name: --strategy NAME and its limits, or --template NAME",
+    )
+    compact.add_argument("--strategy", help=f"compaction strategy: {', '.join(strategy_names())}")
+    for field, flag in LIMIT_FLAGS.items():
+        compact.add_argument(flag, dest=field, type=int, metavar="N", help=f"{field.replace('_', ' ')} for --strategy")
+    compact.add_argument("--summarizer-model", help="Claude model that writes summaries (summarizing strategies)")
+    command("stats", "counts of the window and the archive", json_output=True)
+    clear = command("clear", "delete one conversation (window, summary and archive): clear -c ID")
+    clear.add_argument("--yes", action="store_true", help="do not ask (required when not run from a terminal)")
     nodes = command("nodes", "list the node definitions")
     nodes.add_argument("--json", action="store_true", help="print the definitions as JSON")
     templates = command("templates", "list the templates, or print one with: templates show NAME")
@@ -80,9 +104,7 @@ def _common_options(top_level: bool) -> argparse.ArgumentParser:
         "-c", "--conversation", help=f"conversation id (default: {DEFAULT_CONVERSATION!r}; demo: a new one)", **default
     )
     options.add_argument(
-        "--template",
-        help=f"template whose memory settings apply (default: {DEFAULT_TEMPLATE})",
-        **(default or {"default": DEFAULT_TEMPLATE}),
+        "--template", help=f"template whose memory settings apply (default: {DEFAULT_TEMPLATE})", **default
     )
     return options
 
@@ -90,8 +112,29 @@ def _common_options(top_level: bool) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``chat-memory``; returns the exit code."""
     args = build_parser().parse_args(argv)
+    logger, handler = logging.getLogger("chat_memory"), _RedactingHandler()
+    logger.addHandler(handler)
     try:
-        return _HANDLERS[args.command](args)
+        return _run(args)
+    finally:
+        logger.removeHandler(handler)
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        code = _HANDLERS[args.command](args)
+        sys.stdout.flush()  # a closed pipe surfaces here, inside the handler below
+        return code
+    except BrokenPipeError:
+        # Python's documented idiom: point stdout at devnull so the interpreter's own final
+        # flush does not fail again, and exit quietly.
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        return EXIT_PIPE_CLOSED
+    except CommandError as exc:
+        return _fail(exc, exc.code)
     except (ConfigurationError, InvalidInputError) as exc:
         return _fail(exc, 2)
     except ChatMemoryError as exc:
@@ -104,28 +147,49 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
 
 
+def _redact_text(text: str) -> str:
+    """``text`` with every URL in it passed through :func:`redact_url`."""
+    return _URL_IN_TEXT.sub(lambda match: redact_url(match.group()), text)
+
+
 def _fail(exc: BaseException, code: int) -> int:
     message = " ".join(str(exc).splitlines()) or type(exc).__name__
-    print(f"chat-memory: error: {message}", file=sys.stderr)
+    print(f"chat-memory: error: {_redact_text(message)}", file=sys.stderr)
     return code
+
+
+class _RedactingHandler(logging.Handler):
+    """Writes chat-memory's warnings to the stderr of the moment, with credentials in URLs
+    masked (a driver's error text may carry one); the mask sticks to the record, so any
+    handler further up sees it masked too."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.msg, record.args = _redact_text(record.getMessage()), None
+        return super().filter(record)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        sys.stderr.write(self.format(record) + "\n")
 
 
 # -- commands ------------------------------------------------------------------------------
 
 
 def _demo(args: argparse.Namespace) -> int:
-    with _Session(args) as session:
+    with Session(args, writes=True) as session:
         conversation = args.conversation
         if conversation is None:
             conversation = "demo-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
-        return run_demo(session.runner(args.scripted), session.url, conversation, print)
+        return run_demo(session.runner(args.scripted), session.shown_url, conversation, print)
 
 
 def _chat(args: argparse.Namespace) -> int:
-    with _Session(args) as session:
+    with Session(args, writes=True) as session:
         runner = session.runner(args.scripted)
         cid = session.conversation
-        print(f"chat-memory chat: conversation {cid!r}, store {session.url}; /quit or Ctrl-D to stop")
+        print(f"chat-memory chat: conversation {cid!r}, store {session.shown_url}; /quit or Ctrl-D to stop")
         if getattr(runner.client, "api_key", None) == SCRIPTED_API_KEY:
             print(f"model: {SCRIPTED_LABEL}")
         for line in sys.stdin:
@@ -137,11 +201,37 @@ def _chat(args: argparse.Namespace) -> int:
     return 0
 
 
+def _list(args: argparse.Namespace) -> int:
+    page, size = _whole(args.page, "page", 1), _whole(args.page_size, "page size", 1)
+    first = (page - 1) * size  # pages are numbered from 1, as in search and its tool
+    with Session(args, writes=False) as session:
+        ids = [] if session.store is None else session.store.conversations()
+        shown = ids[first : first + size]
+        data = cli_json.list_json(session.shown_url, shown, page, size, len(ids))
+        if args.json:
+            print(cli_json.dumps(data))
+            return 0
+        where = f"{session.shown_url}" + (" (the file does not exist yet)" if session.store is None else "")
+        print(f"Conversations in {where}: {len(ids)} in all")
+        for cid in shown:
+            print(cid if cid.isprintable() else repr(cid))
+        if shown:
+            print(f"(page {page}: {first + 1}-{first + len(shown)} of {len(ids)})")
+        elif ids:
+            print(f"(page {page} is past the last page, page {(len(ids) - 1) // size + 1})")
+        if data["has_more"]:
+            print(f"more: chat-memory list --page {page + 1}")
+    return 0
+
+
 def _window(args: argparse.Namespace) -> int:
-    with _Session(args) as session:
-        memory, cid = session.memory(), session.conversation
-        window = memory.window(cid)
-        stats = memory.stats(cid)
+    with Session(args, writes=False) as session:
+        cid = session.require_conversation()
+        memory = session.reader()
+        window, stats = memory.window(cid), memory.stats(cid)
+        if args.json:
+            print(cli_json.dumps(cli_json.window_json(cid, window, stats)))
+            return 0
         print(f"Window of {cid!r}: {len(window)} events, {stats.turns} turns, {stats.archived_events} archived")
         print(f"{'seq':>5}  {'type':<11} {'tokens':>6}  content")
         for event in window:
@@ -151,26 +241,35 @@ def _window(args: argparse.Namespace) -> int:
 
 
 def _history(args: argparse.Namespace) -> int:
-    with _Session(args) as session:
-        events = session.memory().history(session.conversation)
-        print(f"History of {session.conversation!r}: {len(events)} events, {sum(e.archived for e in events)} archived")
+    with Session(args, writes=False) as session:
+        cid = session.require_conversation()
+        events = session.reader().history(cid)
+        if args.json:
+            print(cli_json.dumps(cli_json.history_json(cid, events)))
+            return 0
+        print(f"History of {cid!r}: {len(events)} events, {sum(e.archived for e in events)} archived")
         for event in events:
-            state = "archived" if event.archived else _state(event)
-            print(f"{event.seq or 0:>5}  {state:<8}  {event.type.value:<11}  {_one_line(event)}")
+            print(f"{event.seq or 0:>5}  {cli_json.state(event):<8}  {event.type.value:<11}  {_one_line(event)}")
     return 0
 
 
 def _search(args: argparse.Namespace) -> int:
-    with _Session(args) as session:
-        memory = session.memory()
-        query = SearchQuery.build(args.keyword, args.mode, tool_page(args.page), memory.config.search_page_size)
-        print(format_page(memory.run_search(session.conversation, query), query))
+    with Session(args, writes=False) as session:
+        size = args.page_size
+        if size is None:
+            size = session.template_config().search_page_size if session.store else MemoryConfig().search_page_size
+        query = SearchQuery.build(args.keyword, args.mode, tool_page(args.page), size)  # bad input first: exit 2
+        cid = session.require_conversation()
+        page = session.reader().run_search(cid, query)
+        print(cli_json.dumps(cli_json.search_json(cid, query, page, args.keyword)) if args.json else format_page(page, query))
     return 0
 
 
 def _compact(args: argparse.Namespace) -> int:
-    with _Session(args) as session:
-        memory, cid = session.memory(), session.conversation
+    config = chosen_config(args)  # refuse before touching the store
+    with Session(args, writes=False) as session:
+        cid = session.require_conversation()
+        memory = session.template_memory() if config is None else session.chosen_memory(config, args.summarizer_model)
         result = memory.compact(cid)
         if result.compacted:
             through = result.archived_through_seq
@@ -181,19 +280,43 @@ def _compact(args: argparse.Namespace) -> int:
 
 
 def _stats(args: argparse.Namespace) -> int:
-    with _Session(args) as session:
-        stats = session.memory().stats(session.conversation)
-        print(f"conversation:          {session.conversation}")
-        print(f"store:                 {session.url}")
-        for name in ("active_events", "archived_events", "turns", "window_tokens", "version", "last_compaction_error"):
+    with Session(args, writes=False) as session:
+        cid = session.require_conversation()
+        stats = session.reader().stats(cid)
+        if args.json:
+            print(cli_json.dumps(cli_json.stats_json(cid, session.shown_url, stats)))
+            return 0
+        print(f"conversation:          {cid}")
+        print(f"store:                 {session.shown_url}")
+        for name in cli_json.STATS_FIELDS:
             print(f"{name + ':':<22} {getattr(stats, name)}")
+    return 0
+
+
+def _clear(args: argparse.Namespace) -> int:
+    if args.conversation is None:
+        raise CommandError("clear needs the conversation to delete: clear -c ID (see: chat-memory list)", 2)
+    with Session(args, writes=False) as session:
+        cid = session.require_conversation()
+        memory = session.reader()
+        stats = memory.stats(cid)
+        what = f"conversation {cid!r} ({stats.active_events} active and {stats.archived_events} archived events)"
+        if not args.yes:
+            if not sys.stdin.isatty():
+                raise CommandError(f"clear would delete {what}; pass --yes to confirm (no terminal to ask)", 2)
+            answer = input(f"Delete {what} from {session.shown_url}? [y/N] ")
+            if answer.strip().lower() not in ("y", "yes"):
+                print("Nothing deleted.")
+                return 1
+        memory.clear(cid)
+        print(f"Deleted {what}.")
     return 0
 
 
 def _nodes(args: argparse.Namespace) -> int:
     definitions = default_registry().definitions()
     if args.json:
-        print(json.dumps([d.to_json() for d in definitions], indent=2))
+        print(cli_json.dumps([d.to_json() for d in definitions]))
         return 0
     for d in definitions:
         storage = f"  storage: {d.storage}" if d.storage else ""
@@ -205,7 +328,7 @@ def _templates(args: argparse.Namespace) -> int:
     if args.action == "show":
         if not args.name:
             raise ConfigurationError("templates show needs a template name; see: chat-memory templates")
-        print(json.dumps(template_source(args.name), indent=2))
+        print(cli_json.dumps(template_source(args.name)))
         return 0
     for name in template_names():
         print(f"{name:<20} {load_template(name).title}")
@@ -215,11 +338,13 @@ def _templates(args: argparse.Namespace) -> int:
 _HANDLERS = {
     "demo": _demo,
     "chat": _chat,
+    "list": _list,
     "window": _window,
     "history": _history,
     "search": _search,
     "compact": _compact,
     "stats": _stats,
+    "clear": _clear,
     "nodes": _nodes,
     "templates": _templates,
 }
@@ -228,40 +353,10 @@ _HANDLERS = {
 # -- helpers -------------------------------------------------------------------------------
 
 
-class _Session:
-    """The store the command works on (opened from ``--url``, ``CHAT_MEMORY_URL`` or the
-    embedded default, and closed at the end) and the template that configures the memory."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.url = args.url or default_url()
-        self.conversation = DEFAULT_CONVERSATION if args.conversation is None else args.conversation
-        self.workflow = load_template(args.template)
-        self.store: Store = open_store(self.url)
-        self._runner: ChatWorkflow | None = None
-
-    def runner(self, scripted: bool = False) -> ChatWorkflow:
-        """The template's runtime on this store, with Claude or the scripted stand-in."""
-        client: Any = None
-        if scripted or not os.environ.get("ANTHROPIC_API_KEY"):
-            from ..testing.scripted_model import scripted_client
-
-            client = scripted_client()
-        self._runner = ChatWorkflow(self.workflow, client=client, store=self.store)
-        return self._runner
-
-    def memory(self) -> Any:
-        """The memory of the selected conversation, configured by the template."""
-        return ChatWorkflow(self.workflow, client=None, store=self.store).memory(self.conversation)
-
-    def __enter__(self) -> _Session:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.store.close()
-
-
-def _state(event: Event) -> str:
-    return {EventType.SYSTEM: "pinned", EventType.SUMMARY: "summary"}.get(event.type, "active")
+def _whole(value: int, name: str, minimum: int) -> int:
+    if value < minimum:
+        raise CommandError(f"{name} ({value}) must be a whole number, {minimum} or more", 2)
+    return value
 
 
 def _one_line(event: Event, width: int = CONTENT_WIDTH) -> str:

@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ...errors import ConfigurationError
+from ..urls import redact_url
 
 #: Codes S3 answers a conditional write with when another writer got there first.
 CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
@@ -27,10 +28,10 @@ def parse_location(url: str) -> tuple[str, str, str]:
     """Split an ``s3://bucket/prefix?query`` URL into (bucket, prefix, query string)."""
     parts = urlsplit(url)
     if parts.scheme.lower() != "s3":
-        raise ConfigurationError(f"S3 store URL ({url!r}) must start with s3://")
+        raise ConfigurationError(f"S3 store URL ({redact_url(url)!r}) must start with s3://")
     bucket = parts.netloc
     if len(bucket) < 3 or "@" in bucket:
-        raise ConfigurationError(f"S3 store URL ({url!r}) must name a bucket of 3 or more characters: s3://bucket/prefix")
+        raise ConfigurationError(f"S3 store URL ({redact_url(url)!r}) must name a bucket of 3 or more characters: s3://bucket/prefix")
     return bucket, unquote(parts.path), parts.query
 
 

@@ -17,6 +17,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.pool import StaticPool
 
 from ...errors import ConfigurationError
+from ..urls import redact_url
 
 #: Seconds a SQLite connection waits for another process's write lock before reporting "locked".
 SQLITE_BUSY_TIMEOUT = 15.0
@@ -37,7 +38,7 @@ def split_url_options(url: str, option_names: set[str]) -> tuple[sa.URL, dict[st
     try:
         parsed = with_default_driver(make_url(url))
     except sa.exc.ArgumentError as exc:
-        raise ConfigurationError(f"store URL is not a valid SQLAlchemy URL: {exc}") from exc
+        raise ConfigurationError(f"store URL ({redact_url(url)!r}) is not a valid SQLAlchemy URL: {str(exc).replace(url, redact_url(url))}") from exc
     ours = {name: parsed.query[name] for name in option_names if name in parsed.query}
     for name, value in ours.items():
         if not isinstance(value, str):
