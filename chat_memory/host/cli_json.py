@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from .. import Event, EventType
-from ..engine import MemoryStats
+from .. import MemoryStats
 from ..search import SearchPage, SearchQuery
 
 STATS_FIELDS = ("active_events", "archived_events", "turns", "window_tokens", "version", "last_compaction_error")
