@@ -31,7 +31,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from ..errors import ConfigurationError, StorageError
 from ..events import Event, EventType, Window
 from ..search import MatchMode, SearchQuery, SearchResult, search_text
-from .base import CompactionPlan, Snapshot, Store, check_conversation_id
+from .base import CompactionPlan, Snapshot, Store, check_conversation_id, envelope_id_prefix
 
 DEFAULT_PREFIX = "chat-memory:"
 DEFAULT_MAX_ARCHIVED_EVENTS = 1000
@@ -242,10 +242,11 @@ class RedisStore(Store):
         cid = check_conversation_id(conversation_id)
         args: list[Any] = [cid, self._ttl, uuid.uuid4().hex]
         for event in events:
+            envelope = event.to_json()
             if event.type is EventType.SYSTEM:
-                args += ["p", event.to_json(), ""]
+                args += ["p", envelope, "", envelope_id_prefix(envelope)]
             else:
-                args += ["a", event.to_json(), search_text(event) or ""]
+                args += ["a", envelope, search_text(event) or "", envelope_id_prefix(envelope)]
         created, reply = self._run("append", cid, *args)
         if created and self.cluster:
             self.client.sadd(self._registry, cid)

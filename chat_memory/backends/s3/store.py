@@ -23,6 +23,7 @@ from ..base import (
     check_conversation_id,
     number,
     split_appended,
+    unstored,
 )
 from .cache import HeadCache
 from .client import ensure_bucket, is_conflict, is_missing, make_client, parse_url, was_retried
@@ -243,6 +244,8 @@ class S3Store(CompactsWhileAppending, Store):
             found = (self._heads.get(cid) if next(tries) == 0 else None) or self._read_head(cid)
             head, etag = found if found else (Head.new(cid), None)
             updated = self._appended(head, events)
+            if updated is head:  # every event is stored already: nothing to write
+                return head.snapshot()
             return updated.snapshot() if self._write_head(updated, etag) else None
 
         return self.backoff.run(attempt, what=f"append to conversation {cid!r}")
@@ -261,6 +264,8 @@ class S3Store(CompactsWhileAppending, Store):
             snapshot = appended.snapshot()
             plan = planner(snapshot)
             if plan is None:
+                if appended is head:  # every event is stored already: nothing to write
+                    return snapshot, False
                 return (snapshot, False) if self._write_head(appended, etag) else None
             # one head write carries both the append and the compaction
             won = self._write_compacted(appended, etag, plan)
@@ -285,10 +290,15 @@ class S3Store(CompactsWhileAppending, Store):
 
     @staticmethod
     def _appended(head: Head, events: Sequence[Event]) -> Head:
-        pinned, real = split_appended(number(events, head.last_seq))
+        """``head`` with the events appended that it does not hold yet (by id; the write of
+        this head is the atomic step), or ``head`` itself when it holds them all."""
+        fresh = unstored(events, (*head.pinned, *head.active))
+        if events and not fresh:
+            return head
+        pinned, real = split_appended(number(fresh, head.last_seq))
         return head.evolve(
             version=head.version + 1,
-            last_seq=head.last_seq + len(events),
+            last_seq=head.last_seq + len(fresh),
             pinned=(*head.pinned, *pinned),
             active=(*head.active, *real),
         )
