@@ -93,12 +93,15 @@ def is_superseded(starts: Sequence[int], index: int) -> bool:
     return len(starts) - bisect_right(starts, index) >= SUPERSEDING_TURNS
 
 
-def choose_cut(active: Sequence[Event], required: int) -> Cut | None:
+def choose_cut(active: Sequence[Event], required: int, *, within: int | None = None) -> Cut | None:
     """The cut archiving at least ``required`` events, at the nearest safe point (see
-    :func:`safe_cuts`) at or after it.
+    :func:`safe_cuts`) at or after it. ``within`` is how many the window must lose to be
+    within the strategy's limit (``required`` when not given; fewer for a strategy that
+    compacts below its trigger, like recursive summarization).
 
-    When no safe point is that far, the furthest safe point, as long as it leaves at most
-    the newest :data:`SUPERSEDING_TURNS` turns. Otherwise (tool results that keep arriving
+    When no safe point is that far, the furthest safe point, as long as it archives at least
+    ``within`` events or leaves at most the newest :data:`SUPERSEDING_TURNS` turns.
+    Otherwise (tool results that keep arriving
     a turn late chain every turn to the next, so no cut keeps every pair together) the
     window's bound wins over pairing: the cut falls at the first turn start at or after
     ``required`` or at the start of the :data:`SUPERSEDING_TURNS`-th newest turn, whichever
@@ -115,9 +118,10 @@ def choose_cut(active: Sequence[Event], required: int) -> Cut | None:
     if later:
         return Cut.at(active, later[0])
     starts = turn_starts(active)
-    if len(starts) > SUPERSEDING_TURNS:
+    best = candidates[-1] if candidates else 0
+    if len(starts) > SUPERSEDING_TURNS and best < (required if within is None else within):
         floor = starts[-SUPERSEDING_TURNS]
-        if (candidates[-1] if candidates else 0) < floor:
+        if best < floor:
             target = min(required, floor)
             return Cut.at(active, next(s for s in starts if s >= target))
     return Cut.at(active, candidates[-1]) if candidates else None
