@@ -12,9 +12,9 @@ from typing import Any
 
 from .backends.base import Backoff, CompactionPlan, CompactsWhileAppending, Snapshot, Store, check_conversation_id
 from .config import MemoryConfig
-from .errors import ChatMemoryError, ConcurrencyError, ConfigurationError, InvalidEventError
+from .errors import ChatMemoryError, ConcurrencyError, ConfigurationError, InvalidEventError, StorageError
 from .events import Event, EventType
-from .pins import check_pin_key
+from .pins import check_pin_key, pin_key
 from .render import to_anthropic, to_openai
 from .search import SearchHit, SearchPage, SearchQuery
 from .strategies import Cut, Strategy, strategy_for
@@ -94,7 +94,15 @@ class ChatMemory:
         """Append one event or a list, atomically and in order, then compact if the
         strategy's limit is exceeded. Returns the stored events (with ``seq`` and
         ``tokens``). A failing compaction does not fail the append: it is logged and shown
-        by :meth:`stats` and retried at the next trigger."""
+        by :meth:`stats` and retried at the next trigger.
+
+        Idempotent per event id: an event whose ``id`` is already in the window is not
+        stored again, and its stored copy is returned in its place (the others of the list
+        are appended, in order), so retrying a failed ``add()`` is safe. Tool events are
+        checked first (:class:`InvalidEventError` naming the id): a ``tool_call`` id may not
+        already be in the window, and a ``tool_result`` must answer a call that exists in
+        the conversation (earlier in the list, in the window, or archived) and has no
+        result yet. See docs/tool-pairs.md."""
         cid = check_conversation_id(conversation_id)
         batch = self._prepare(cid, events)
         if not batch:
@@ -102,9 +110,9 @@ class ChatMemory:
         if not self.strategy.summarizes and isinstance(self.store, CompactsWhileAppending):
             # planning is pure here: let the store compact in the same write as the append
             snapshot, _ = self.store.append_compacting(cid, batch, self._plan_without_summary)
-            return snapshot.appended(len(batch))
+            return _stored_copies(snapshot, batch)
         snapshot = self.store.append(cid, batch)
-        stored = snapshot.appended(len(batch))
+        stored = _stored_copies(snapshot, batch)
         cut = self.strategy.plan(snapshot.window)
         if cut is not None:
             try:
@@ -240,33 +248,97 @@ class ChatMemory:
                 raise InvalidEventError(f"events[{i}].tool_call_id ({event.tool_call_id!r}) must be set for a {event.type.value}")
             if event.type is EventType.TOOL_CALL and not event.tool_name:
                 raise InvalidEventError(f"events[{i}].tool_name ({event.tool_name!r}) must be set for a tool_call")
+        first_at: dict[str, int] = {}
+        for i, event in enumerate(batch):
+            j = first_at.setdefault(event.id, i)
+            if j != i:
+                raise InvalidEventError(f"events[{i}].id ({event.id!r}) repeats events[{j}].id; every event needs its own id")
         batch = [_as_stored_everywhere(i, e) for i, e in enumerate(batch)]
+        pinned_at: dict[str, int] = {}
         for i, event in enumerate(batch):
             check_pin_key(i, event)
-        tool_names = self._check_tool_results(cid, batch)
+            if event.type is EventType.SYSTEM:
+                j = pinned_at.setdefault(pin_key(event), i)
+                if j != i:
+                    raise InvalidEventError(
+                        f"events[{i}] and events[{j}] are system events with the same pin key ({pin_key(event)!r}): "
+                        "the later would supersede the earlier at once; add one of them"
+                    )
+        tool_names = self._check_tool_events(cid, batch)
         batch = [_named_after_call(e, tool_names) for e in batch]
         return [
             e.model_copy(update={"seq": None, "archived": False, "tokens": count_event_tokens(e, self.token_counter)})
             for e in batch
         ]
 
-    def _check_tool_results(self, cid: str, batch: list[Event]) -> dict[str, str | None]:
-        """Every tool result must answer a tool call of the same batch or of the window:
-        an orphaned result would break the model's tool pairing. Returns the tool name of
-        each call the results answer (by call id)."""
-        calls = {e.tool_call_id: e.tool_name for e in batch if e.type is EventType.TOOL_CALL}
-        missing = [
-            (i, e) for i, e in enumerate(batch) if e.type is EventType.TOOL_RESULT and e.tool_call_id not in calls
-        ]
-        if not missing:
-            return calls
-        window_calls = {e.tool_call_id: e.tool_name for e in self.store.load(cid).window.active if e.type is EventType.TOOL_CALL}
-        for i, event in missing:
-            if event.tool_call_id not in window_calls:
+    def _check_tool_events(self, cid: str, batch: list[Event]) -> dict[str, str | None]:
+        """Tool pairing, checked against one window read (and only when the list holds tool
+        events): a call's id is new to the window; a result answers a call earlier in the
+        list, in the window or, only when neither has it, in the archive (one
+        :meth:`Store.find_tool_events` lookup for all such results), and that call has no
+        result yet. Events already in the window (a retry) are skipped: they are not stored
+        again. A check against a read, not inside the write: two writers racing to add
+        different events for one call id are not both caught (a retry is: by id).
+
+        Returns the tool name of each call the list's results answer (by call id), so that a
+        result without a name can take its call's."""
+        if not any(e.type in _TOOL_TYPES for e in batch):
+            return {}
+        window = self.store.load(cid).window
+        stored_ids = {e.id for e in (*window.pinned, *window.active)}
+        calls = {e.tool_call_id: e for e in window.active if e.type is EventType.TOOL_CALL}
+        results = {e.tool_call_id: e for e in window.active if e.type is EventType.TOOL_RESULT}
+        batch_calls: dict[str | None, int] = {}
+        batch_results: dict[str | None, int] = {}
+        unresolved: dict[str, int] = {}
+        for i, event in enumerate(batch):
+            call_id = event.tool_call_id
+            if event.id in stored_ids or event.type not in _TOOL_TYPES:
+                continue
+            assert call_id is not None
+            if event.type is EventType.TOOL_CALL:
+                if call_id in batch_calls:
+                    raise InvalidEventError(
+                        f"events[{i}].tool_call_id ({call_id!r}) repeats the tool_call of events[{batch_calls[call_id]}]; "
+                        "every tool call needs its own id"
+                    )
+                earlier = calls.get(call_id) or results.get(call_id)
+                if earlier is not None:
+                    raise InvalidEventError(
+                        f"events[{i}].tool_call_id ({call_id!r}) is already in the window of conversation {cid!r} "
+                        f"(the {earlier.type.value} at seq {earlier.seq}); every tool call needs its own id"
+                    )
+                batch_calls[call_id] = i
+                continue
+            if call_id in batch_results:
                 raise InvalidEventError(
-                    f"events[{i}].tool_call_id ({event.tool_call_id!r}) matches no tool_call in the window of "
-                    f"conversation {cid!r}; add the tool_call first (or in the same list)"
+                    f"events[{i}] is a second tool_result for tool_call_id {call_id!r} (events[{batch_results[call_id]}] "
+                    "is the first); a call takes one result"
                 )
+            answered = results.get(call_id)
+            if answered is not None:
+                raise _answered_already(i, call_id, cid, answered)
+            batch_results[call_id] = i
+            if call_id not in batch_calls and call_id not in calls:
+                unresolved[call_id] = i
+        names = {call_id: e.tool_name for call_id, e in calls.items()}
+        names.update({e.tool_call_id: e.tool_name for e in batch if e.type is EventType.TOOL_CALL and e.tool_call_id})
+        if not unresolved:
+            return names
+        found = self.store.find_tool_events(cid, list(unresolved))
+        for call_id, i in unresolved.items():
+            matches = [e for e in found if e.tool_call_id == call_id]
+            answered = next((e for e in matches if e.type is EventType.TOOL_RESULT), None)
+            if answered is not None:
+                raise _answered_already(i, call_id, cid, answered)
+            call = next((e for e in matches if e.type is EventType.TOOL_CALL), None)
+            if call is None:
+                raise InvalidEventError(
+                    f"events[{i}].tool_call_id ({call_id!r}) matches no tool_call in conversation {cid!r} "
+                    "(window or archive); add the tool_call first (or earlier in the same list)"
+                )
+            names[call_id] = call.tool_name
+        return names
         return {**window_calls, **calls}
 
     def _plan_without_summary(self, snapshot: Snapshot) -> CompactionPlan | None:
@@ -337,6 +409,29 @@ def _named_after_call(event: Event, tool_names: dict[str, str | None]) -> Event:
     if event.type is not EventType.TOOL_RESULT or event.tool_name or event.tool_call_id not in tool_names:
         return event
     return event.model_copy(update={"tool_name": tool_names[event.tool_call_id]})
+
+
+_TOOL_TYPES = (EventType.TOOL_CALL, EventType.TOOL_RESULT)
+
+
+def _answered_already(index: int, call_id: str, cid: str, result: Event) -> InvalidEventError:
+    where = "archived" if result.archived else "in the window"
+    return InvalidEventError(
+        f"events[{index}] is a second tool_result for tool_call_id {call_id!r} in conversation {cid!r}: "
+        f"the call already has its result (seq {result.seq}, {where}); a call takes one result"
+    )
+
+
+def _stored_copies(snapshot: Snapshot, batch: list[Event]) -> list[Event]:
+    """The stored copy of each event of ``batch``, in its order: the one just appended or,
+    for an event whose id was in the window already, the one stored before."""
+    by_id = {e.id: e for e in (*snapshot.window.pinned, *snapshot.window.active)}
+    try:
+        return [by_id[e.id] for e in batch]
+    except KeyError as exc:
+        raise StorageError(
+            f"the store's snapshot after appending to {snapshot.conversation_id!r} lacks event {exc.args[0]!r}"
+        ) from None
 
 
 def _as_stored_everywhere(index: int, event: Event) -> Event:

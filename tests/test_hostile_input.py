@@ -95,7 +95,8 @@ def hostile_batches(draw: Any) -> list[list[Event]]:
     for _ in range(draw(st.integers(1, 4))):
         batch = [Event.user(draw(HOSTILE_TEXT))]
         if draw(st.booleans()):
-            call_id = draw(HOSTILE_TEXT.filter(bool))
+            # hostile, but unique per batch: a call id already in the window is refused
+            call_id = f"{draw(HOSTILE_TEXT.filter(bool))}#{len(batches)}"
             arguments = draw(st.dictionaries(HOSTILE_TEXT, JSON_VALUES, max_size=3))
             batch.append(Event.tool_call(draw(HOSTILE_TEXT.filter(bool)), arguments, call_id=call_id))
             batch.append(Event.tool_result(call_id, draw(HOSTILE_TEXT), is_error=draw(st.booleans())))

@@ -114,16 +114,24 @@ def test_a_newer_system_prompt_supersedes_the_older_one(store):
     assert [e.seq for e in history] == sorted(e.seq for e in history)
 
 
-def test_keys_keep_several_pins_and_one_batch_supersedes_within_itself(store):
+def test_keys_keep_several_pins_side_by_side(store):
     m = memory(store)
     m.add("c", [Event.system("persona A"), Event.system("French", metadata={"key": "language"})])
-    m.add("c", [Event.system("German", metadata={"key": "language"}), Event.system("English", metadata={"key": "language"}), Event.user("hi")])
+    m.add("c", [Event.system("English", metadata={"key": "language"}), Event.user("hi")])
     pinned = [e.content for e in m.window("c") if e.type is EventType.SYSTEM]
     assert pinned == ["persona A", "English"]
-    assert sorted(e.content for e in m.history("c") if e.archived) == ["French", "German"]
+    assert sorted(e.content for e in m.history("c") if e.archived) == ["French"]
     m.add("c", Event.system("persona B"))
     assert [e.content for e in m.window("c") if e.type is EventType.SYSTEM] == ["English", "persona B"]
-    assert m.stats("c").archived_events == 3
+    assert m.stats("c").archived_events == 2
+
+
+def test_one_list_with_two_pins_of_one_key_is_refused_and_stores_nothing(store):
+    m = memory(store)
+    batch = [Event.system("German", metadata={"key": "language"}), Event.system("English", metadata={"key": "language"})]
+    with pytest.raises(InvalidEventError, match=r"events\[1\] and events\[0\] are system events with the same pin key \('language'\)"):
+        m.add("c", [*batch, Event.user("hi")])
+    assert m.history("c") == []
 
 
 def test_superseded_pins_survive_compaction_in_the_archive(store):

@@ -12,7 +12,7 @@ from chat_memory import ChatMemory, Event, EventType, MemoryConfig
 from chat_memory.backends.in_memory import InMemoryStore
 from chat_memory.events import Window, split_turns
 from chat_memory.strategies import safe_cuts, strategy_for
-from tests.helpers import fixed_tokens
+from tests.helpers import check_cut, fixed_tokens
 
 TEXT = st.text(alphabet=st.sampled_from("abcdefghij klmnop%_*ÄßΣ🙂"), min_size=0, max_size=30)
 
@@ -150,14 +150,17 @@ def tangled_windows(draw):
 
 @settings(max_examples=400, deadline=None)
 @given(active=tangled_windows(), config=configs())
-def test_no_cut_separates_a_tool_pair(active, config):
-    cut = strategy_for(config).plan(Window(active=tuple(active)))
-    for index in safe_cuts(active) + ([cut.index] if cut else []):
+def test_no_safe_cut_separates_a_tool_pair_and_a_strategy_only_as_the_bound_s_last_resort(active, config):
+    strategy = strategy_for(config)
+    for index in safe_cuts(active):
         before = {e.tool_call_id for e in active[:index] if e.type is EventType.TOOL_CALL}
         after_results = {e.tool_call_id for e in active[index:] if e.type is EventType.TOOL_RESULT}
         assert not before & after_results
         assert active[index].type is EventType.USER
         assert index <= max(i for i, e in enumerate(active) if e.type is EventType.USER or i == 0)
+    cut = strategy.plan(Window(active=tuple(active)))
+    if cut is not None:
+        check_cut(active, cut.index, strategy)
 
 
 @pytest.mark.parametrize("strategy", ["sliding_window", "turn_window", "token_count", "recursive_summarization"])

@@ -14,8 +14,8 @@ import pytest
 from redis.crc import key_slot
 
 from chat_memory import ChatMemory, Event, MemoryConfig, open_store
-from chat_memory.backends.base import CompactionPlan
 from chat_memory.backends import redis as redis_backend
+from chat_memory.backends.base import CompactionPlan, envelope_id_prefix
 from chat_memory.backends.migrations import Migration
 from chat_memory.backends.redis import RedisStore
 from chat_memory.errors import ConfigurationError, SchemaError, StorageError
@@ -309,7 +309,8 @@ def test_conversations_lists_ids_and_forgets_cleared_ones(store):
 
 def test_a_retried_append_is_not_applied_twice(fakeredis_store):
     store = fakeredis_store
-    args = ["dup", 0, "token-1", "a", Event.user("once").to_json(), "once"]
+    envelope = Event.user("once").to_json()
+    args = ["dup", 0, "token-1", "a", envelope, "once", envelope_id_prefix(envelope)]
     store._run("append", "dup", *args)
     store._run("append", "dup", *args)  # the same request again, as after a lost reply
     assert [e.content for e in store.history("dup")] == ["once"]

@@ -11,7 +11,7 @@ import functools
 import random
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import parse_qsl
@@ -192,6 +192,7 @@ class Store(ABC):
         "append_compacting",
         "apply",
         "history",
+        "find_tool_events",
         "search",
         "record_compaction_error",
         "clear",
@@ -258,7 +259,11 @@ class Store(ABC):
     def append(self, conversation_id: str, events: Sequence[Event]) -> Snapshot:
         """Append events atomically and in order, assigning gap-free ``seq`` values after the
         last one and bumping the version; ``system`` events become pinned. Events arrive with
-        ``tokens`` already counted. Returns the snapshot right after this append."""
+        ``tokens`` already counted. Returns the snapshot right after this append.
+
+        Idempotent per event id, in the same atomic step: an event whose ``id`` is already in
+        the window (pinned or active) is not stored again (see :func:`unstored`); when every
+        event is, nothing is written and the current snapshot is returned."""
 
     @abstractmethod
     def apply(self, conversation_id: str, plan: CompactionPlan) -> bool:
@@ -269,6 +274,21 @@ class Store(ABC):
     @abstractmethod
     def history(self, conversation_id: str) -> list[Event]:
         """Every stored event, archived included, oldest (lowest seq) first."""
+
+    def find_tool_events(self, conversation_id: str, tool_call_ids: Collection[str]) -> list[Event]:
+        """Stored tool calls and results (archived ones included) whose ``tool_call_id`` is
+        one of ``tool_call_ids``, oldest first.
+
+        The engine calls this only off the hot path: for a tool result whose call is neither
+        in the same ``add()`` nor in the window (a late result of an archived call). This
+        default reads the whole history; stores that can look the ids up in place (SQL, in
+        memory) override it."""
+        wanted = set(tool_call_ids)
+        return [
+            e
+            for e in self.history(conversation_id)
+            if e.type in (EventType.TOOL_CALL, EventType.TOOL_RESULT) and e.tool_call_id in wanted
+        ]
 
     @abstractmethod
     def search(self, conversation_id: str, query: SearchQuery) -> SearchResult:
@@ -345,6 +365,36 @@ def split_appended(events: Iterable[Event]) -> tuple[list[Event], list[Event]]:
     for event in events:
         (pinned if event.type is EventType.SYSTEM else real).append(event)
     return pinned, real
+
+
+def unstored(events: Iterable[Event], window_events: Iterable[Event]) -> list[Event]:
+    """The events an append stores: those whose ``id`` is neither among ``window_events``
+    (the conversation's pinned and active events) nor earlier in ``events``, in order.
+
+    This is what makes a retried ``add()`` safe: every store calls it inside its atomic
+    write, so two concurrent retries of one event cannot both store it."""
+    seen = {e.id for e in window_events}
+    fresh: list[Event] = []
+    for event in events:
+        if event.id not in seen:
+            seen.add(event.id)
+            fresh.append(event)
+    return fresh
+
+
+def envelope_id_prefix(envelope: str) -> str:
+    """The start of an envelope (:meth:`Event.to_json`) that spells its ``id``: ``{"id":"…"``.
+    The id is the first field, and no JSON string holds an unescaped ``,"type":``, so the
+    first one ends the id. Stores that keep envelopes as text compare ids by this."""
+    return envelope[: envelope.index(',"type":')]
+
+
+def tool_call_fragment(tool_call_id: str) -> str:
+    """How an envelope spells ``"tool_call_id":<id>`` (the same JSON string encoding), for
+    stores that look tool events up in stored envelope text."""
+    probe = Event.tool_result(tool_call_id, "").to_json()
+    start = probe.index('"tool_call_id":')
+    return probe[start : probe.index(',"tool_name":', start)]
 
 
 def number(events: Sequence[Event], after_seq: int) -> list[Event]:

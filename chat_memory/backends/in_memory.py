@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import ConfigurationError
-
 from ..events import Event, Window
 from ..pins import superseded
 from ..search import SearchQuery, SearchResult, search_events
@@ -25,6 +24,7 @@ from .base import (
     check_conversation_id,
     number,
     split_appended,
+    unstored,
 )
 
 
@@ -91,7 +91,10 @@ class InMemoryStore(CompactsWhileAppending, Store):
         cid = check_conversation_id(conversation_id)
         with self._lock:
             conv = self._conversations.setdefault(cid, _Conversation())
-            numbered = number(events, conv.last_seq)
+            fresh = unstored(events, (*conv.pinned, *conv.active))
+            if events and not fresh:
+                return self._snapshot(cid, conv)
+            numbered = number(fresh, conv.last_seq)
             pinned, real = split_appended(numbered)
             conv.pinned.extend(pinned)
             if pinned:
@@ -150,6 +153,16 @@ class InMemoryStore(CompactsWhileAppending, Store):
             if conv.summary is not None:
                 everything.append(conv.summary)
         return sorted(everything, key=lambda e: e.seq or 0)
+
+    def find_tool_events(self, conversation_id: str, tool_call_ids: Collection[str]) -> list[Event]:
+        cid = check_conversation_id(conversation_id)
+        wanted = set(tool_call_ids)
+        with self._lock:
+            conv = self._conversations.get(cid)
+            if conv is None:
+                return []
+            found = [e for e in (*conv.archive, *conv.active) if e.tool_call_id in wanted and e.is_real]
+        return sorted(found, key=lambda e: e.seq or 0)
 
     def search(self, conversation_id: str, query: SearchQuery) -> SearchResult:
         return search_events(self.history(conversation_id), query)

@@ -49,6 +49,7 @@ from .base import (
     StoreNode,
     StoreOption,
     check_conversation_id,
+    envelope_id_prefix,
 )
 from .migrations import StoredFormat
 
@@ -354,10 +355,11 @@ class RedisStore(Store):
         cid = check_conversation_id(conversation_id)
         args: list[Any] = [cid, self._ttl, uuid.uuid4().hex]
         for event in events:
+            envelope = event.to_json()
             if event.type is EventType.SYSTEM:
-                args += ["p", event.to_json(), ""]
+                args += ["p", envelope, "", envelope_id_prefix(envelope)]
             else:
-                args += ["a", event.to_json(), search_text(event) or ""]
+                args += ["a", envelope, search_text(event) or "", envelope_id_prefix(envelope)]
         created, reply = self._run("append", cid, *args)
         if created and self.cluster:
             self.client.sadd(self._registry, cid)

@@ -6,7 +6,17 @@ package imports the built-in ones. A strategy of your own is a subclass in your 
 
 from __future__ import annotations
 
-from .base import Cut, Strategy, choose_cut, safe_cuts, strategy_class, strategy_for, strategy_names
+from .base import (
+    SUPERSEDING_TURNS,
+    Cut,
+    Strategy,
+    choose_cut,
+    is_superseded,
+    safe_cuts,
+    strategy_class,
+    strategy_for,
+    strategy_names,
+)
 from .none import NoCompaction
 from .sliding_window import SlidingWindow
 from .turn_window import TurnWindow
@@ -14,6 +24,7 @@ from .token_count import TokenCount
 from .recursive_summarization import RecursiveSummarization
 
 __all__ = [
+    "SUPERSEDING_TURNS",
     "Cut",
     "NoCompaction",
     "RecursiveSummarization",
@@ -22,6 +33,7 @@ __all__ = [
     "TokenCount",
     "TurnWindow",
     "choose_cut",
+    "is_superseded",
     "safe_cuts",
     "strategy_class",
     "strategy_for",

@@ -6,6 +6,7 @@ Strategies are pure: a window in, a cut (or nothing) out. They know no storage."
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from bisect import bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
@@ -35,32 +36,95 @@ class Cut:
         return self.archived[-1].seq or 0
 
 
+#: Turns after which a tool call is *superseded*: once this many newer turns have started
+#: after the turn holding a call, the call no longer holds its turn in the window. Until
+#: then a call still waiting for its result (pending) is never archived; and this is also
+#: the most turns a window over its limit keeps for the sake of tool pairing (see
+#: :func:`choose_cut`). Two: a user who interrupts a slow tool once ("hurry up") still gets
+#: the late result paired with its call; a second message means the conversation moved on.
+SUPERSEDING_TURNS = 2
+
+
 def safe_cuts(active: Sequence[Event]) -> list[int]:
-    """Indexes where the window may be cut: turn starts after the first, up to and including
-    the newest turn's start, that do not separate a tool result from its tool call."""
-    starts = turn_starts(active)[1:]
-    if not starts:
+    """Indexes where the window may be cut without breaking a tool pair: turn starts after
+    the first, up to and including the newest turn's start, that
+
+    - do not separate a tool call from its result (which may have come turns later), and
+    - do not archive a pending call (no result yet) that is not yet superseded, i.e. that
+      has fewer than :data:`SUPERSEDING_TURNS` newer turns after its own turn.
+
+    A result whose call is not in ``active`` (archived earlier) constrains nothing."""
+    starts = turn_starts(active)
+    cuts = starts[1:]
+    if not cuts:
         return []
-    call_at = {e.tool_call_id: i for i, e in enumerate(active) if e.type is EventType.TOOL_CALL}
-    unsafe: set[int] = set()
+    # blocked[s] > 0: a cut at s would break a pair; marked as ranges (lo..hi] of event indexes
+    blocked = [0] * (len(active) + 2)
+    call_at: dict[str | None, int] = {}
+    pending: set[int] = set()
     for j, event in enumerate(active):
-        if event.type is EventType.TOOL_RESULT:
+        if event.type is EventType.TOOL_CALL:
+            call_at[event.tool_call_id] = j
+            pending.add(j)
+        elif event.type is EventType.TOOL_RESULT:
             k = call_at.get(event.tool_call_id)
             if k is not None and k < j:
-                unsafe.update(s for s in starts if k < s <= j)
-    return [s for s in starts if s not in unsafe]
+                pending.discard(k)
+                blocked[k + 1] += 1
+                blocked[j + 1] -= 1
+    for k in pending:
+        if not is_superseded(starts, k):
+            blocked[k + 1] += 1
+    safe: list[int] = []
+    depth = 0
+    position = 0
+    for s in cuts:
+        while position <= s:
+            depth += blocked[position]
+            position += 1
+        if depth == 0:
+            safe.append(s)
+    return safe
 
 
-def choose_cut(active: Sequence[Event], required: int) -> Cut | None:
-    """The cut archiving at least ``required`` events at the nearest safe point at or after
-    it; when none is that far, the furthest safe point (only the newest turn may be left)."""
+def is_superseded(starts: Sequence[int], index: int) -> bool:
+    """Whether the event at ``index`` has at least :data:`SUPERSEDING_TURNS` turn starts
+    (``starts``, from :func:`~chat_memory.events.turn_starts`) after it."""
+    return len(starts) - bisect_right(starts, index) >= SUPERSEDING_TURNS
+
+
+def choose_cut(active: Sequence[Event], required: int, *, within: int | None = None) -> Cut | None:
+    """The cut archiving at least ``required`` events, at the nearest safe point (see
+    :func:`safe_cuts`) at or after it. ``within`` is how many the window must lose to be
+    within the strategy's limit (``required`` when not given; fewer for a strategy that
+    compacts below its trigger, like recursive summarization).
+
+    When no safe point is that far, the furthest safe point, as long as it archives at least
+    ``within`` events or leaves at most the newest :data:`SUPERSEDING_TURNS` turns.
+    Otherwise (tool results that keep arriving
+    a turn late chain every turn to the next, so no cut keeps every pair together) the
+    window's bound wins over pairing: the cut falls at the first turn start at or after
+    ``required`` or at the start of the :data:`SUPERSEDING_TURNS`-th newest turn, whichever
+    comes first. It archives only superseded calls (never a pending call still in its grace
+    turns); a late result left behind renders without its call, like the result of a call
+    archived while it was pending.
+
+    The bound every strategy gets from this: after a compaction the window is within the
+    strategy's limit, or holds at most the newest :data:`SUPERSEDING_TURNS` turns."""
     if required <= 0:
         return None
     candidates = safe_cuts(active)
-    if not candidates:
-        return None
     later = [c for c in candidates if c >= required]
-    return Cut.at(active, later[0] if later else candidates[-1])
+    if later:
+        return Cut.at(active, later[0])
+    starts = turn_starts(active)
+    best = candidates[-1] if candidates else 0
+    if len(starts) > SUPERSEDING_TURNS and best < (required if within is None else within):
+        floor = starts[-SUPERSEDING_TURNS]
+        if best < floor:
+            target = min(required, floor)
+            return Cut.at(active, next(s for s in starts if s >= target))
+    return Cut.at(active, candidates[-1]) if candidates else None
 
 
 _REGISTRY: dict[str, type[Strategy]] = {}
@@ -72,6 +136,18 @@ class Strategy(ABC):
     A subclass that sets ``name`` registers itself: ``MemoryConfig(compaction_strategy=name)``
     selects it, and the Chat Memory nodes offer it (``label``) and show the config fields it
     lists in ``settings``. Nothing else in chat-memory needs to know about it.
+
+    Rules every strategy follows by making its cut with :func:`choose_cut`:
+
+    - cuts fall only at turn starts, and the newest turn is never archived;
+    - a tool call and its result (even one that came turns later) stay together or leave
+      together;
+    - a pending tool call (no result yet) is not archived until it is answered or
+      superseded: :data:`SUPERSEDING_TURNS` newer turns have started after its turn;
+    - the window stays bounded: after a compaction it is within the strategy's limit or
+      holds at most the newest :data:`SUPERSEDING_TURNS` turns. Only when tool pairs chain
+      every turn to the next (results that keep arriving a turn late) does this bound
+      separate a superseded call from its late result.
     """
 
     #: The value of ``compaction_strategy`` that selects this strategy.

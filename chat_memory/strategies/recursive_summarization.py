@@ -39,7 +39,8 @@ class RecursiveSummarization(Strategy):
     def plan(self, window: Window) -> Cut | None:
         if len(window.active) <= self.config.max_events:
             return None
-        return choose_cut(window.active, len(window.active) - self.config.max_events_to_keep)
+        size = len(window.active)
+        return choose_cut(window.active, size - self.config.max_events_to_keep, within=size - self.config.max_events)
 
     def upcoming(self, cut: Cut) -> list[Event]:
         """The first ``overlap_size`` kept events: context for the summarizer, not summarised."""

@@ -60,8 +60,8 @@ def assistant(text: str) -> Event:
     return Event.assistant(text, tokens=words(text))
 
 
-def system(text: str) -> Event:
-    return Event.system(text, tokens=words(text))
+def system(text: str, key: str | None = None) -> Event:
+    return Event.system(text, tokens=words(text), metadata={"key": key} if key else {})
 
 
 def summary(text: str) -> Event:
@@ -151,12 +151,23 @@ class StoreConformance:
         assert stored[1].created_at.tzinfo is not None
 
     def test_system_events_are_pinned(self, store: Store) -> None:
-        snapshot = store.append("c", [system("rule one"), user("hi"), system("rule two"), assistant("hello")])
+        snapshot = store.append("c", [system("rule one", "one"), user("hi"), system("rule two", "two"), assistant("hello")])
         window = snapshot.window
         assert [(e.seq, e.content) for e in window.pinned] == [(1, "rule one"), (3, "rule two")]
         assert [(e.seq, e.content) for e in window.active] == [(2, "hi"), (4, "hello")]
         assert window.summary is None
         assert all(e.type is EventType.SYSTEM for e in window.pinned)
+
+    def test_a_newer_pin_with_the_same_key_supersedes_the_older(self, store: Store) -> None:
+        """A pinned event's key is ``metadata["key"]``, or ``"system"``: a newer one of the
+        same key archives the older (kept in history, out of the window)."""
+        store.append("c", [system("be brief"), system("speak French", "language"), *turn(1)])
+        snapshot = store.append("c", [system("be thorough"), user("next")])
+        assert [e.content for e in snapshot.window.pinned] == ["speak French", "be thorough"]
+        assert [e.content for e in store.load("c").window.pinned] == ["speak French", "be thorough"]
+        history = {e.content: e.archived for e in store.history("c") if e.type is EventType.SYSTEM}
+        assert history == {"be brief": True, "speak French": False, "be thorough": False}
+        assert store.load("c").archived_count == 1
 
     def test_empty_append_changes_no_event(self, store: Store) -> None:
         store.append("c", turn(1))

@@ -28,6 +28,7 @@ from ..base import (
     check_conversation_id,
     number,
     split_appended,
+    unstored,
 )
 from .cache import HeadCache
 from .client import ensure_bucket, is_conflict, is_missing, make_client, parse_location, was_retried
@@ -281,6 +282,8 @@ class S3Store(CompactsWhileAppending, Store):
             found = (self._heads.get(cid) if next(tries) == 0 else None) or self._read_head(cid)
             head, etag = found if found else (Head.new(cid), None)
             updated = self._appended(head, events)
+            if updated is head:  # every event is stored already: nothing to write
+                return head.snapshot()
             return updated.snapshot() if self._write_head(updated, etag) else None
 
         return self.backoff.run(attempt, what=f"append to conversation {cid!r}")
@@ -299,6 +302,8 @@ class S3Store(CompactsWhileAppending, Store):
             snapshot = appended.snapshot()
             plan = planner(snapshot)
             if plan is None:
+                if appended is head:  # every event is stored already: nothing to write
+                    return snapshot, False
                 return (snapshot, False) if self._write_head(appended, etag) else None
             # one head write carries both the append and the compaction
             won = self._write_compacted(appended, etag, plan)
@@ -323,12 +328,18 @@ class S3Store(CompactsWhileAppending, Store):
 
     @staticmethod
     def _appended(head: Head, events: Sequence[Event]) -> Head:
-        pinned, real = split_appended(number(events, head.last_seq))
+        """``head`` with the events appended that it does not hold yet (by id; the write of
+        this head is the atomic step), or ``head`` itself when it holds them all. A pinned
+        event supersedes an older one with the same pin key, which is unpinned (archived)."""
+        fresh = unstored(events, (*head.pinned, *head.active))
+        if events and not fresh:
+            return head
+        pinned, real = split_appended(number(fresh, head.last_seq))
         all_pinned = (*head.pinned, *pinned)
         gone = {e.seq for e in superseded(all_pinned)} if pinned else set()
         return head.evolve(
             version=head.version + 1,
-            last_seq=head.last_seq + len(events),
+            last_seq=head.last_seq + len(fresh),
             pinned=tuple(e for e in all_pinned if e.seq not in gone),
             unpinned=(*head.unpinned, *(archived_copy(e) for e in all_pinned if e.seq in gone)),
             active=(*head.active, *real),

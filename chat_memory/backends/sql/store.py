@@ -5,7 +5,8 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -26,6 +27,10 @@ from ..base import (
     StoreNode,
     StoreOption,
     check_conversation_id,
+    number,
+    split_appended,
+    tool_call_fragment,
+    unstored,
 )
 from .engine import Transactions, create_store_engine, is_conflict, prepare_sqlite_engine, split_url_options
 from .schema import (
@@ -330,14 +335,28 @@ class SQLStore(CompactsWhileAppending, Store):
                 )
             ).inserted_primary_key[0]
             last_seq, version = 0, 0
+            before = Snapshot.empty(cid)
         else:
             ref, last_seq, version = row.id, row.last_seq, row.version
-        if batch:
-            connection.execute(self.tables.events.insert(), self._event_rows(ref, batch, last_seq + 1))
-        if any(e.type is EventType.SYSTEM for e in batch):
+            # read under the row lock: the id check and the insert are one atomic step
+            before = self._read_window(connection, cid)
+        window = before.window
+        fresh = unstored(batch, (*window.pinned, *window.active))
+        if batch and not fresh:
+            return before
+        if fresh:
+            connection.execute(self.tables.events.insert(), self._event_rows(ref, fresh, last_seq + 1))
+        connection.execute(self._bump, {"b_ref": ref, "b_last_seq": last_seq + len(fresh), "b_version": version + 1, "b_now": now})
+        pinned, real = split_appended(number(fresh, last_seq))
+        if pinned:  # a system event may supersede an older pin: rare, so read the result back
             self._unpin_superseded(connection, ref)
-        connection.execute(self._bump, {"b_ref": ref, "b_last_seq": last_seq + len(batch), "b_version": version + 1, "b_now": now})
-        return self._read_window(connection, cid)
+            return self._read_window(connection, cid)
+        return replace(
+            before,
+            version=version + 1,
+            last_seq=last_seq + len(fresh),
+            window=Window(pinned=(*window.pinned, *pinned), summary=window.summary, active=(*window.active, *real)),
+        )
 
     def _unpin_superseded(self, connection: sa.Connection, ref: int) -> None:
         """Archive the pinned events a newer one with the same pin key supersedes (the
@@ -453,6 +472,37 @@ class SQLStore(CompactsWhileAppending, Store):
         with self._tx.read() as connection:
             rows = connection.execute(query).all()
         return [Event.from_json(row.body).model_copy(update={"archived": bool(row.archived)}) for row in rows]
+
+    def find_tool_events(self, conversation_id: str, tool_call_ids: Collection[str]) -> list[Event]:
+        """One query in the database over the conversation's rows: ``body LIKE`` the ids'
+        ``"tool_call_id":<id>`` fragment of the envelope (no column to index without a schema
+        change; the engine asks only for late results of archived calls), then an exact
+        check on the few rows it returns."""
+        cid = check_conversation_id(conversation_id)
+        self._ready()
+        wanted = set(tool_call_ids)
+        fragments = [tool_call_fragment(i) for i in wanted]
+        if not wanted or not all(pushes_down(f) for f in fragments):
+            return super().find_tool_events(cid, wanted)
+        conversations, events = self.tables.conversations, self.tables.events
+        ref = (
+            sa.select(conversations.c.id)
+            .where(conversations.c.conversation_key == conversation_key(cid))
+            .scalar_subquery()
+        )
+        query = (
+            sa.select(events.c.archived, events.c.body)
+            .where(
+                events.c.conversation_ref == ref,
+                events.c.type.in_((EventType.TOOL_CALL.value, EventType.TOOL_RESULT.value)),
+                sa.or_(*(events.c.body.contains(f, autoescape=True) for f in fragments)),
+            )
+            .order_by(events.c.seq)
+        )
+        with self._tx.read() as connection:
+            rows = connection.execute(query).all()
+        found = [Event.from_json(row.body).model_copy(update={"archived": bool(row.archived)}) for row in rows]
+        return [e for e in found if e.tool_call_id in wanted]
 
     def search(self, conversation_id: str, query: SearchQuery) -> SearchResult:
         cid = check_conversation_id(conversation_id)
