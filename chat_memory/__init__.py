@@ -13,15 +13,18 @@ from .errors import (
     ChatMemoryError,
     ConcurrencyError,
     ConfigurationError,
+    ContextOverflowError,
     InvalidEventError,
     InvalidInputError,
     SchemaError,
     SearchError,
     StorageError,
     SummarizerError,
+    is_context_overflow,
 )
 from .events import Event, EventType
-from .engine import ChatMemory, CompactionResult, MemoryStats
+from .compaction import CompactionRecord, CompactionResult
+from .engine import ChatMemory, MemoryStats
 from .render import to_anthropic, to_openai
 from .search import SearchHit, SearchPage
 from .summarizer import AnthropicSummarizer, Summarizer
@@ -33,9 +36,11 @@ __all__ = [
     "AnthropicSummarizer",
     "ChatMemory",
     "ChatMemoryError",
+    "CompactionRecord",
     "CompactionResult",
     "ConcurrencyError",
     "ConfigurationError",
+    "ContextOverflowError",
     "ConversationSearchTool",
     "Event",
     "EventType",
@@ -52,6 +57,7 @@ __all__ = [
     "Summarizer",
     "SummarizerError",
     "SummaryPlacement",
+    "is_context_overflow",
     "open_store",
     "to_anthropic",
     "to_openai",

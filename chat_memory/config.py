@@ -35,6 +35,10 @@ FIELD_LABELS: dict[str, str] = {
     "compress_tool_results": "Compress tool results",
     "min_tool_result_compress_tokens": "Min tool result compress tokens",
     "keep_recent_tool_results": "Keep recent tool results",
+    "context_window_tokens": "Context window tokens",
+    "compact_at_ratio": "Compact at ratio",
+    "summarizer_failures_before_fallback": "Summarizer failures before fallback",
+    "max_tool_result_tokens": "Max tool result tokens",
 }
 
 _POSITIVE = (
@@ -45,8 +49,15 @@ _POSITIVE = (
     "search_page_size",
     "max_archived_events",
     "min_tool_result_compress_tokens",
+    "context_window_tokens",
+    "summarizer_failures_before_fallback",
+    "max_tool_result_tokens",
 )
 _AT_LEAST_ZERO = ("overlap_size", "keep_recent_tool_results")
+#: Whole-number settings where None means "off" / "the default".
+_NULLABLE = ("max_archived_events", "max_tool_result_tokens")
+#: Settings that are a share: greater than 0, at most 1.
+_RATIOS = ("compact_at_ratio",)
 
 
 class _Refusal(ValueError):
@@ -82,6 +93,14 @@ class MemoryConfig(BaseModel):
     compress_tool_results: bool = False
     min_tool_result_compress_tokens: int = 500
     keep_recent_tool_results: int = 3
+    #: the model's context window; auto_compact compacts at ``compact_at_ratio`` of it, and
+    #: no single event may be larger (see docs/safety-nets.md)
+    context_window_tokens: int = 200_000
+    compact_at_ratio: float = 0.8
+    #: consecutive summarizer failures after which a compaction archives without a new summary
+    summarizer_failures_before_fallback: int = 3
+    #: tool results longer than this are cut when stored, with a visible note (None: never)
+    max_tool_result_tokens: int | None = None
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -108,7 +127,7 @@ class MemoryConfig(BaseModel):
     @classmethod
     def _whole_number(cls, value: Any, info: Any) -> Any:
         label = FIELD_LABELS[info.field_name]
-        if value is None and info.field_name == "max_archived_events":
+        if value is None and info.field_name in _NULLABLE:
             return None
         if isinstance(value, bool) or (isinstance(value, float) and not value.is_integer()):
             raise _Refusal(f"{label} ({value!r}) must be a whole number")
@@ -125,6 +144,20 @@ class MemoryConfig(BaseModel):
         if info.field_name in _AT_LEAST_ZERO and value < 0:
             raise _Refusal(f"{label} ({value}) must be at least 0")
         return value
+
+    @field_validator(*_RATIOS, mode="before")
+    @classmethod
+    def _share(cls, value: Any, info: Any) -> float:
+        label = FIELD_LABELS[info.field_name]
+        number = value
+        if isinstance(value, str):
+            try:
+                number = float(value.strip())
+            except ValueError:
+                raise _Refusal(f"{label} ({value!r}) must be a number greater than 0 and at most 1") from None
+        if isinstance(number, bool) or not isinstance(number, (int, float)) or not 0 < number <= 1:
+            raise _Refusal(f"{label} ({value!r}) must be a number greater than 0 and at most 1")
+        return float(number)
 
     @model_validator(mode="after")
     def _strategy_limits(self) -> MemoryConfig:

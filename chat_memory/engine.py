@@ -3,48 +3,26 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .backends.base import Backoff, CompactionPlan, CompactsWhileAppending, Snapshot, Store, check_conversation_id
+from .backends.base import CompactsWhileAppending, Snapshot, Store, check_conversation_id
+from .compaction import CompactionRecord, CompactionResult, Compactor
+from .compression import compress_window
 from .config import MemoryConfig
-from .errors import ChatMemoryError, ConcurrencyError, ConfigurationError, InvalidEventError, StorageError
+from .errors import ChatMemoryError, ConfigurationError, InvalidEventError, StorageError
 from .events import Event, EventType
 from .pins import check_pin_key, pin_key
 from .render import to_anthropic, to_openai
 from .search import SearchHit, SearchPage, SearchQuery
-from .strategies import Cut, Strategy, strategy_for
-from .summarizer import Summarizer, as_summarizer, run_summarizer
-from .compression import compress_window
+from .strategies import Strategy, strategy_for
+from .summarizer import Summarizer, as_summarizer
+from .tokens import TokenCounter, count_event_tokens, default_token_counter, truncate_tool_result
 from .tools import ConversationSearchTool, FetchToolResultTool
-from .tokens import TokenCounter, count_event_tokens, default_token_counter
 
 log = logging.getLogger(__name__)
-
-#: How a compaction that keeps losing compare-and-swap races (to appends by other writers)
-#: is retried: jittered exponential pauses so that writers stop colliding in lockstep.
-COMPACTION_RETRIES = Backoff(attempts=24, base=0.002, cap=0.1)
-
-
-@dataclass(frozen=True)
-class CompactionResult:
-    """What one compaction did."""
-
-    strategy: str
-    archived_events: int = 0
-    archived_through_seq: int | None = None
-    summary: Event | None = None
-    attempts: int = 1
-
-    @property
-    def compacted(self) -> bool:
-        """True when events were archived."""
-        return self.archived_events > 0
-
 
 @dataclass(frozen=True)
 class MemoryStats:
@@ -87,6 +65,7 @@ class ChatMemory:
                 "(pass summarizer=AnthropicSummarizer(model=...) or a summarize function)"
             )
         self.token_counter = token_counter or default_token_counter()
+        self._compactor = Compactor(self.store, self.config, self.strategy, self.summarizer, self.token_counter, self.history)
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -109,14 +88,14 @@ class ChatMemory:
             return []
         if not self.strategy.summarizes and isinstance(self.store, CompactsWhileAppending):
             # planning is pure here: let the store compact in the same write as the append
-            snapshot, _ = self.store.append_compacting(cid, batch, self._plan_without_summary)
+            snapshot, _ = self.store.append_compacting(cid, batch, self._compactor.plan_without_summary)
             return _stored_copies(snapshot, batch)
         snapshot = self.store.append(cid, batch)
         stored = _stored_copies(snapshot, batch)
         cut = self.strategy.plan(snapshot.window)
         if cut is not None:
             try:
-                self._compact(cid, snapshot, cut)
+                self._compactor.compact(cid, snapshot, cut)
             except ChatMemoryError as exc:
                 log.warning("chat-memory: compaction of %r failed, will retry at the next trigger: %s", cid, exc)
                 self._record_compaction_error(cid, exc)
@@ -130,14 +109,25 @@ class ChatMemory:
         except ChatMemoryError:
             log.warning("chat-memory: could not record the compaction error of %r", cid, exc_info=True)
 
-    def compact(self, conversation_id: str) -> CompactionResult:
-        """Run the strategy now; raises when the summarizer or the store fails."""
+    def compact(self, conversation_id: str, force: bool = False) -> CompactionResult:
+        """Run the strategy now (the "Compact" button); raises when the summarizer or the
+        store fails. With ``force``, archive every turn but the newest whatever the limit
+        says (the overflow safety net): with a new summary when the strategy summarises
+        (archiving under a note of the gap if the summarizer fails), otherwise under a short
+        stub summary saying how many events were archived and that ``conversation_search``
+        reaches them."""
         cid = check_conversation_id(conversation_id)
         try:
-            return self._compact(cid, self.store.load(cid))
+            return self._compactor.compact(cid, self.store.load(cid), force=force)
         except ChatMemoryError as exc:
             self._record_compaction_error(cid, exc)
             raise
+
+    def compactions(self, conversation_id: str) -> list[CompactionRecord]:
+        """The conversation's newest compactions (50 at most), oldest first: strategy, events
+        archived, tokens before and after, summarizer and its latency, fallback or not."""
+        records = self.store.compactions(check_conversation_id(conversation_id))
+        return [CompactionRecord.from_json(record) for record in records]
 
     def clear(self, conversation_id: str) -> None:
         """Delete the conversation: window, summary and archive."""
@@ -266,10 +256,25 @@ class ChatMemory:
                     )
         tool_names = self._check_tool_events(cid, batch)
         batch = [_named_after_call(e, tool_names) for e in batch]
-        return [
-            e.model_copy(update={"seq": None, "archived": False, "tokens": count_event_tokens(e, self.token_counter)})
-            for e in batch
-        ]
+        return [self._sized(i, e) for i, e in enumerate(batch)]
+
+    def _sized(self, index: int, event: Event) -> Event:
+        """The event with its token count, a tool result cut to ``max_tool_result_tokens``
+        (with a visible note) when that is set; refused when it is larger than the whole
+        context window, which no compaction could make room for."""
+        tokens = count_event_tokens(event, self.token_counter)
+        cap = self.config.max_tool_result_tokens
+        if event.type is EventType.TOOL_RESULT and cap is not None and tokens > cap:
+            event = truncate_tool_result(event, cap, tokens, self.token_counter)
+            tokens = count_event_tokens(event, self.token_counter)
+        window = self.config.context_window_tokens
+        if tokens > window:
+            hint = " or set max_tool_result_tokens to cut tool results" if event.type is EventType.TOOL_RESULT else ""
+            raise InvalidEventError(
+                f"events[{index}] ({event.type.value}) has {tokens} tokens, more than the whole context window "
+                f"(context_window_tokens = {window}); shorten it{hint}"
+            )
+        return event.model_copy(update={"seq": None, "archived": False, "tokens": tokens})
 
     def _check_tool_events(self, cid: str, batch: list[Event]) -> dict[str, str | None]:
         """Tool pairing, checked against one window read (and only when the list holds tool
@@ -341,67 +346,6 @@ class ChatMemory:
         return names
         return {**window_calls, **calls}
 
-    def _plan_without_summary(self, snapshot: Snapshot) -> CompactionPlan | None:
-        cut = self.strategy.plan(snapshot.window)
-        if cut is None:
-            return None
-        return CompactionPlan(snapshot.version, cut.through_seq, max_archived_events=self.config.max_archived_events)
-
-    def _compact(self, cid: str, snapshot: Snapshot, cut: Cut | None = None) -> CompactionResult:
-        """Plan (unless ``cut`` was already planned on ``snapshot``), summarise when the
-        strategy needs it, and apply as compare-and-swap. A plan that loses its race is
-        reused only if nothing was compacted meanwhile (appends at the tail do not touch
-        the region it archives); otherwise it is re-planned."""
-        plan: CompactionPlan | None = None
-        head: tuple[str | None, str | None] | None = None
-        for attempt, pause in enumerate(COMPACTION_RETRIES.delays(), start=1):
-            current_head = _head(snapshot)
-            if plan is None or current_head != head:
-                if plan is not None or cut is None:
-                    cut = self.strategy.plan(snapshot.window)
-                if cut is None:
-                    return CompactionResult(self.strategy.name, attempts=attempt)
-                plan = CompactionPlan(
-                    expected_version=snapshot.version,
-                    archive_through_seq=cut.through_seq,
-                    summary=self._summarize(snapshot, cut),
-                    max_archived_events=self.config.max_archived_events,
-                )
-                head = current_head
-            else:
-                plan = dataclasses.replace(plan, expected_version=snapshot.version)
-            if self.store.apply(cid, plan):
-                assert cut is not None
-                return CompactionResult(
-                    self.strategy.name,
-                    archived_events=len(cut.archived),
-                    archived_through_seq=plan.archive_through_seq,
-                    summary=plan.summary,
-                    attempts=attempt,
-                )
-            time.sleep(pause)
-            snapshot = self.store.load(cid)
-        raise ConcurrencyError(
-            f"compaction of conversation {cid!r} lost {COMPACTION_RETRIES.attempts} compare-and-swap races in a row"
-        )
-
-    def _summarize(self, snapshot: Snapshot, cut: Cut) -> Event | None:
-        if not self.strategy.summarizes:
-            return None
-        assert self.summarizer is not None
-        previous = snapshot.window.summary
-        text = run_summarizer(
-            self.summarizer, previous.content if previous else None, list(cut.archived), self.strategy.upcoming(cut)
-        )
-        summary = Event.summary(
-            text,
-            metadata={
-                "summarized_through_seq": cut.through_seq,
-                "summarized_events": len(cut.archived) + int(previous.metadata.get("summarized_events", 0) if previous else 0),
-            },
-        )
-        return summary.model_copy(update={"tokens": count_event_tokens(summary, self.token_counter)})
-
 
 def _named_after_call(event: Event, tool_names: dict[str, str | None]) -> Event:
     """A tool result without a name takes its call's: search tells the recall tools' own
@@ -443,11 +387,3 @@ def _as_stored_everywhere(index: int, event: Event) -> Event:
         return Event.from_json(event.to_json())
     except ValueError as exc:
         raise InvalidEventError(f"events[{index}] cannot be stored as JSON: {exc}") from None
-
-
-def _head(snapshot: Snapshot) -> tuple[str | None, str | None]:
-    """What a compaction depends on: which event the active window starts with and which
-    summary is current (event ids, so a clear and re-add cannot look unchanged)."""
-    active = snapshot.window.active
-    summary = snapshot.window.summary
-    return (active[0].id if active else None, summary.id if summary else None)

@@ -37,3 +37,27 @@ class SummarizerError(ChatMemoryError):
 
 class SchemaError(StorageError):
     """The store holds data in a layout this version of chat-memory does not understand."""
+
+
+class ContextOverflowError(ChatMemoryError):
+    """The model refused the request as longer than its context window, again after a forced
+    compaction: the message names the conversation and the sizes."""
+
+
+#: What providers say when a prompt does not fit the model's context window.
+_OVERFLOW_TEXTS = ("prompt is too long", "context_length_exceeded", "maximum context length", "context window")
+
+
+def is_context_overflow(error: BaseException) -> bool:
+    """True for a provider's "the prompt is too long" refusal: Anthropic's HTTP 400
+    ``invalid_request_error`` "prompt is too long: N tokens > M maximum", OpenAI's
+    ``context_length_exceeded``. Duck-typed on the SDKs' exceptions (``status_code``,
+    ``code``, the message), so that no SDK is imported here."""
+    status = getattr(error, "status_code", None)
+    code = getattr(error, "code", None)
+    if code == "context_length_exceeded":
+        return True
+    if status not in (400, 413):
+        return False
+    text = str(error).lower()
+    return any(marker in text for marker in _OVERFLOW_TEXTS)

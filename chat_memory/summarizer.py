@@ -67,10 +67,11 @@ def as_summarizer(candidate: Any) -> Summarizer | None:
 
 
 def run_summarizer(summarizer: Summarizer, previous: str | None, events: list[Event], upcoming: list[Event]) -> str:
-    """Call the summarizer; any failure or an empty answer becomes :class:`SummarizerError`."""
+    """Call the summarizer; any failure or an empty answer becomes :class:`SummarizerError`
+    (a :class:`ConfigurationError`, which says it can never work, passes through)."""
     try:
         text = summarizer.summarize(previous, events, upcoming)
-    except SummarizerError:
+    except (SummarizerError, ConfigurationError):  # a ConfigurationError: it can never work
         raise
     except Exception as exc:
         raise SummarizerError(f"the summarizer failed: {type(exc).__name__}: {exc}") from exc
@@ -111,33 +112,79 @@ def summary_request(previous: str | None, events: Sequence[Event], upcoming: Seq
     return "\n\n".join(parts)
 
 
+#: Seconds one summary request may take, and how many times the SDK retries a failed one
+#: (connection errors, 429, 5xx): a summary runs inside ``add()``, so an outage must cost
+#: seconds, not the SDK's default of ten minutes.
+DEFAULT_SUMMARIZER_TIMEOUT = 30.0
+DEFAULT_SUMMARIZER_RETRIES = 2
+
+
 class AnthropicSummarizer:
     """Summarises with a Claude model through the official ``anthropic`` SDK.
 
-    ``client`` defaults to ``anthropic.Anthropic()`` (API key from ``ANTHROPIC_API_KEY``).
+    ``client`` defaults to ``anthropic.Anthropic()`` (API key from ``ANTHROPIC_API_KEY``); a
+    missing key is a :class:`ConfigurationError` here, when it is built. Each request is
+    bounded by ``timeout`` seconds and ``max_retries`` SDK retries. An answer that says the
+    summarizer can never work (unknown model, refused key: HTTP 401, 403, 404) is a
+    :class:`ConfigurationError` at first use; the engine then stops calling it and compacts
+    without summaries (see :mod:`chat_memory.compaction`). Other failures are
+    :class:`SummarizerError`s, retried at the next trigger.
     """
 
-    def __init__(self, model: str = DEFAULT_SUMMARIZER_MODEL, client: Any = None, max_tokens: int = 1024) -> None:
+    def __init__(
+        self,
+        model: str = DEFAULT_SUMMARIZER_MODEL,
+        client: Any = None,
+        max_tokens: int = 1024,
+        timeout: float = DEFAULT_SUMMARIZER_TIMEOUT,
+        max_retries: int = DEFAULT_SUMMARIZER_RETRIES,
+    ) -> None:
         if not isinstance(model, str) or not model.strip():
             raise ConfigurationError(f"Summarizer model ({model!r}) must be a model name such as {DEFAULT_SUMMARIZER_MODEL!r}")
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+            raise ConfigurationError(f"summarizer timeout ({timeout!r}) must be a number of seconds greater than 0")
+        if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
+            raise ConfigurationError(f"summarizer max_retries ({max_retries!r}) must be a whole number, 0 or more")
         self.model = model
         self.max_tokens = max_tokens
+        self.timeout = float(timeout)
+        self.max_retries = max_retries
         if client is None:
             try:
                 import anthropic
             except ModuleNotFoundError as exc:
                 raise ConfigurationError("the anthropic driver is missing; pip install 'chat-memory[anthropic]'") from exc
-            client = anthropic.Anthropic()
+            try:
+                client = anthropic.Anthropic()
+            except anthropic.AnthropicError as exc:
+                raise ConfigurationError(f"Summarizer model ({model!r}): the Anthropic client cannot be built: {exc}") from None
+            if not (getattr(client, "api_key", None) or getattr(client, "auth_token", None)):
+                raise ConfigurationError(
+                    f"Summarizer model ({model!r}) needs an Anthropic API key: set ANTHROPIC_API_KEY or pass client="
+                )
         self.client = client
 
     def summarize(self, previous: str | None, events: list[Event], upcoming: list[Event]) -> str:
-        response = self.client.messages.create(
-            model=self.model,
-            max_tokens=self.max_tokens,
-            system=SUMMARY_SYSTEM_PROMPT,
-            messages=[{"role": "user", "content": summary_request(previous, events, upcoming)}],
-        )
+        client = self.client.with_options(timeout=self.timeout, max_retries=self.max_retries) if hasattr(self.client, "with_options") else self.client
+        try:
+            response = client.messages.create(
+                model=self.model,
+                max_tokens=self.max_tokens,
+                system=SUMMARY_SYSTEM_PROMPT,
+                messages=[{"role": "user", "content": summary_request(previous, events, upcoming)}],
+            )
+        except Exception as exc:
+            status = getattr(exc, "status_code", None)
+            if status in _NEVER_WORKS:
+                raise ConfigurationError(
+                    f"Summarizer model ({self.model!r}) cannot be used: HTTP {status} {_NEVER_WORKS[status]}: {exc}"
+                ) from exc
+            raise
         text = "".join(block.text for block in response.content if getattr(block, "type", None) == "text")
         if not text.strip():
             raise SummarizerError(f"{self.model} returned no summary text (stop_reason={response.stop_reason!r})")
         return text.strip()
+
+
+#: Answers after which a summarizer will never work without a change of settings.
+_NEVER_WORKS = {401: "(the API key is refused)", 403: "(not allowed)", 404: "(no such model)"}

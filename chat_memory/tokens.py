@@ -56,3 +56,28 @@ def count_event_tokens(event: Event, counter: TokenCounter) -> int:
         log.warning("chat-memory: token counter failed (%s); estimating instead", exc)
         tokens = estimate_tokens(text)
     return tokens + PER_EVENT_OVERHEAD
+
+
+TRUNCATION_NOTE = (
+    "\n\n[chat-memory cut this tool result when storing it: it had {tokens} tokens, more than "
+    "max_tool_result_tokens ({cap}); what is above is its beginning.]"
+)
+
+
+def truncate_tool_result(event: Event, cap: int, tokens: int, counter: TokenCounter) -> Event:
+    """``event`` (a tool result of ``tokens`` tokens) cut to at most ``cap`` tokens, note
+    included: the longest beginning of its content that fits, then a note saying it was cut
+    and how long it was. ``metadata["truncated_from_tokens"]`` keeps the original size. The
+    note (about 35 tokens) is kept even when ``cap`` is smaller than it."""
+    note = TRUNCATION_NOTE.format(tokens=tokens, cap=cap)
+    content = event.content or ""
+
+    def cut(keep: int) -> Event:
+        return event.model_copy(update={"content": content[:keep] + note})
+
+    # start from this text's characters per token, then shrink until it fits: a few counts
+    # of the prefix, not a search over every length
+    keep = int(len(content) * cap / max(1, tokens))
+    while keep > 0 and count_event_tokens(cut(keep), counter) > cap:
+        keep = int(keep * 0.9)
+    return cut(keep).model_copy(update={"metadata": {**event.metadata, "truncated_from_tokens": tokens}})

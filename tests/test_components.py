@@ -38,9 +38,24 @@ SHOWN = {
         "summaryPlacement",
         "summarizerModel",
         "maxArchivedEvents",
+        "summarizerFailuresBeforeFallback",
+    },
+    "auto_compact": {
+        "contextWindowTokens",
+        "compactAtRatio",
+        "summaryPlacement",
+        "summarizerModel",
+        "maxArchivedEvents",
+        "summarizerFailuresBeforeFallback",
     },
 }
-ALWAYS = {"conversationId", "compactionStrategy", "enableConversationSearchTool", "compressToolResults"}
+ALWAYS = {
+    "conversationId",
+    "compactionStrategy",
+    "enableConversationSearchTool",
+    "compressToolResults",
+    "maxToolResultTokens",
+}
 CONNECTION = {
     "chatMemory": set(),
     "inMemoryChatMemory": set(),

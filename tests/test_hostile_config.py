@@ -196,8 +196,13 @@ def test_the_command_line_answers_hostile_arguments_with_a_message(argv, code, t
 
 @pytest.mark.parametrize(
     "message,answered",
-    [("", False), (" ", False), (None, False), (5, False), ("a\ud800b", False), ("\x00", True), ("\u202e" * 3, True), ("x" * 2_000_000, True)],
-    ids=["empty", "blank", "none", "int", "surrogate", "nul", "rtl", "2M-characters"],
+    [
+        ("", False), (" ", False), (None, False), (5, False), ("a\ud800b", False), ("\x00", True), ("\u202e" * 3, True),
+        ("x" * 200_000, True),
+        # larger than the model's whole context window (200k tokens): refused, never sent
+        ("x" * 2_000_000, False),
+    ],
+    ids=["empty", "blank", "none", "int", "surrogate", "nul", "rtl", "200k-characters", "2M-characters"],
 )
 def test_the_template_answers_or_refuses_any_chat_message(message, answered):
     with ChatWorkflow(import_workflow(template_source("compacting-chat")), client=scripted_client(), store=InMemoryStore()) as runner:

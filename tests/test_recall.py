@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from chat_memory import ChatMemory, Event, MemoryConfig
 from chat_memory.backends.in_memory import InMemoryStore
+from chat_memory.events import turn_starts
 from tests.fixtures.reliability import is_full
 
 TURNS = 500
@@ -29,8 +30,9 @@ CONFIGS = {
     "recursive_summarization": MemoryConfig(
         compaction_strategy="recursive_summarization", max_events=20, max_events_to_keep=8, overlap_size=2
     ),
+    "auto_compact": MemoryConfig(compaction_strategy="auto_compact", context_window_tokens=3000, compact_at_ratio=0.8),
 }
-CI_STRATEGIES = ("turn_window",)
+CI_STRATEGIES = ("turn_window", "auto_compact")
 # The archive cap would (by design) drop the oldest turns of 500; recall is about
 # compaction, so the archive here holds everything.
 ARCHIVE_CAP = 10_000
@@ -119,7 +121,14 @@ def check_recall(store, strategy: str) -> None:
     for batch in transcript(facts):
         memory.add(cid, batch)
     stats = memory.stats(cid)
-    if strategy != "none":
+    if strategy == "auto_compact":
+        assert stats.archived_events > 0, "the transcript must have been compacted"
+        threshold = config.compact_at_ratio * config.context_window_tokens
+        active = [e for e in memory.window(cid) if e.is_real]
+        newest_turn = active[turn_starts(active)[-1]:]
+        assert stats.window_tokens <= threshold + sum(e.tokens or 0 for e in newest_turn)
+        assert all(r.strategy == "auto_compact" and not r.fallback for r in memory.compactions(cid))
+    elif strategy != "none":
         assert stats.archived_events > 0, "the transcript must have been compacted"
         assert stats.turns <= 25
     assert unreachable(memory, cid, facts) == []

@@ -341,9 +341,9 @@ def test_random_conversations_match_the_reference_store(s3_mock_client, seed):
     for i in range(rnd.randint(5, 40)):
         batch = turn(f"t{i} w{i % 5}", tool=rnd.random() < 0.3)
         if rnd.random() < 0.1:
-            # distinct pin keys: every rule stays pinned (superseded pins are not under the
-            # archive cap on S3, see docs/lean-window.md)
-            batch.insert(0, Event.system(f"rule {i}", metadata={"key": f"rule {i}"}))
+            # two pin keys: a newer rule supersedes the older one of its key, which is archived
+            # and then under the archive cap like every archived event
+            batch.insert(0, Event.system(f"rule {i}", metadata={"key": f"rule {i % 2}"}))
         reference.add("c", batch)
         s3.add("c", batch)
     view = lambda events: [(e.seq, e.type, e.content, e.archived, e.tokens) for e in events]  # noqa: E731

@@ -57,13 +57,35 @@ def test_schema_version_is_recorded_and_a_mismatch_is_refused(sql_url):
         newer.load("c")
 
 
+def _pretend_version_1(store: SQLStore) -> None:
+    """Turn the tables into schema version 1, as chat-memory 0.1 wrote them: no compactions table."""
+    with store.engine.begin() as connection:
+        store.tables.compactions.drop(connection)
+        meta = store.tables.meta
+        connection.execute(meta.update().where(meta.c.name == "schema_version").values(value="1"))
+
+
 def _pretend_version_0(store: SQLStore) -> None:
-    """Turn the tables into a "version 0" that lacked events.tokens (as if written by an
-    older chat-memory), for the migration tests."""
+    """Turn the tables into a made-up "version 0" that also lacked events.tokens, for the
+    migration tests (0 -> 1 is a test migration, 1 -> 2 the real one)."""
+    _pretend_version_1(store)
     with store.engine.begin() as connection:
         connection.exec_driver_sql(f"ALTER TABLE {store.tables.events.name} DROP COLUMN tokens")
         meta = store.tables.meta
         connection.execute(meta.update().where(meta.c.name == "schema_version").values(value="0"))
+
+
+def test_a_version_1_database_gets_the_compactions_table_in_place(sql_url):
+    with SQLStore.from_url(sql_url) as old:
+        old.append("c", [Event.user("written by 0.1", tokens=4)])
+        _pretend_version_1(old)
+    with SQLStore.from_url(sql_url) as store:
+        assert [e.content for e in store.history("c")] == ["written by 0.1"]
+        assert store.compactions("c") == []
+        recorded = _meta(store)
+        assert recorded["schema_version"] == SCHEMA_VERSION == "2"
+        assert recorded["migrated_to_2"].endswith(" add the compactions table (compaction records)")
+        assert sa.inspect(store.engine).has_table(store.tables.compactions.name)
 
 
 def _add_tokens(change: schema.SchemaChange) -> None:
@@ -82,7 +104,7 @@ def test_an_older_schema_is_migrated_in_place(sql_url, monkeypatch):
     with SQLStore.from_url(sql_url) as refused, pytest.raises(SchemaError, match="no migration from version 0 to 1"):
         refused.load("c")
     step = Migration(0, "add events.tokens", _add_tokens)
-    monkeypatch.setattr(schema, "SQL_SCHEMA", dataclasses.replace(schema.SQL_SCHEMA, migrations=(step,)))
+    monkeypatch.setattr(schema, "SQL_SCHEMA", dataclasses.replace(schema.SQL_SCHEMA, migrations=(step, *schema.SQL_SCHEMA.migrations)))
     with SQLStore.from_url(sql_url) as store:
         assert [e.content for e in store.history("c")] == ["written by version 0", "ok"]
         assert store.append("c", [Event.user("after", tokens=1)]).last_seq == 3
@@ -106,7 +128,7 @@ def test_a_failing_migration_leaves_the_tables_at_their_old_version(sql_url, mon
         raise RuntimeError("migration bug")
 
     step = Migration(0, "add events.tokens", half_done)
-    monkeypatch.setattr(schema, "SQL_SCHEMA", dataclasses.replace(schema.SQL_SCHEMA, migrations=(step,)))
+    monkeypatch.setattr(schema, "SQL_SCHEMA", dataclasses.replace(schema.SQL_SCHEMA, migrations=(step, *schema.SQL_SCHEMA.migrations)))
     with SQLStore.from_url(sql_url) as store, pytest.raises(StorageError, match="migration bug"):
         store.load("c")
     with SQLStore.from_url(sql_url) as store:
@@ -120,11 +142,11 @@ def test_a_newer_schema_names_both_versions(sqlite_url):
         store.append("c", [Event.user("hi")])
         meta = store.tables.meta
         with store.engine.begin() as connection:
-            connection.execute(meta.update().where(meta.c.name == "schema_version").values(value="2"))
-    with SQLStore.from_url(sqlite_url) as newer, pytest.raises(SchemaError, match=r"version 2, newer than version 1"):
+            connection.execute(meta.update().where(meta.c.name == "schema_version").values(value="3"))
+    with SQLStore.from_url(sqlite_url) as newer, pytest.raises(SchemaError, match=r"version 3, newer than version 2"):
         newer.append("c", [Event.user("would be lost")])
     with SQLStore.from_url(sqlite_url) as store:
-        assert _meta(store)["schema_version"] == "2"
+        assert _meta(store)["schema_version"] == "3"
 
 
 def test_foreign_tables_with_our_names_are_refused(sqlite_url):

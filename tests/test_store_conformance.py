@@ -144,6 +144,9 @@ class DelegatingStore(Store):
     def record_compaction_error(self, cid, message):
         self.inner.record_compaction_error(cid, message)
 
+    def compactions(self, cid):
+        return self.inner.compactions(cid)
+
     def clear(self, cid):
         self.inner.clear(cid)
 

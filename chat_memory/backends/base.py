@@ -73,13 +73,20 @@ class CompactionPlan:
     Every active real event with ``seq <= archive_through_seq`` moves to the archive. When
     ``summary`` is given, it is stored as the new current summary (the store assigns its
     seq) and the previous summary is archived. Afterwards the archive is trimmed to
-    ``max_archived_events`` (None: the store's default), oldest first.
+    ``max_archived_events`` (None: the store's default), oldest first. ``record`` (a JSON
+    object describing the compaction) is kept in the same atomic write among the
+    conversation's newest records (:attr:`Store.compaction_records_kept`; see :meth:`Store.compactions`).
     """
 
     expected_version: int
     archive_through_seq: int
     summary: Event | None = None
     max_archived_events: int | None = None
+    record: dict[str, Any] | None = None
+
+
+#: How many compaction records a store keeps per conversation (the newest), by default.
+COMPACTION_RECORDS_KEPT = 50
 
 
 # -- what a store declares -------------------------------------------------------------------
@@ -185,6 +192,8 @@ class Store(ABC):
     node: ClassVar[StoreNode | None] = None
     #: Archive cap used when a plan does not name one (None: unbounded).
     default_max_archived_events: ClassVar[int | None] = 1000
+    #: How many compaction records it keeps per conversation (the newest).
+    compaction_records_kept: ClassVar[int] = COMPACTION_RECORDS_KEPT
 
     _WRAPPED: ClassVar[tuple[str, ...]] = (
         "load",
@@ -195,6 +204,7 @@ class Store(ABC):
         "find_tool_events",
         "search",
         "record_compaction_error",
+        "compactions",
         "clear",
         "conversations",
     )
@@ -298,6 +308,11 @@ class Store(ABC):
     @abstractmethod
     def record_compaction_error(self, conversation_id: str, message: str | None) -> None:
         """Remember (or with None, forget) why the last automatic compaction failed."""
+
+    @abstractmethod
+    def compactions(self, conversation_id: str) -> list[dict[str, Any]]:
+        """The records of the conversation's applied compactions (``CompactionPlan.record``),
+        oldest first, at most the newest :attr:`compaction_records_kept`."""
 
     @abstractmethod
     def clear(self, conversation_id: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import threading
 from collections import deque
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -37,6 +38,7 @@ class _Conversation:
     active: deque[Event] = field(default_factory=deque)
     archive: deque[Event] = field(default_factory=deque)
     compaction_error: str | None = None
+    compactions: deque[dict[str, Any]] = field(default_factory=deque)
 
 
 class InMemoryStore(CompactsWhileAppending, Store):
@@ -139,9 +141,19 @@ class InMemoryStore(CompactsWhileAppending, Store):
             if cap is not None:
                 while len(conv.archive) > cap:
                     conv.archive.popleft()
+            if plan.record is not None:
+                conv.compactions.append(json.loads(json.dumps(plan.record)))  # stored as JSON, like elsewhere
+                while len(conv.compactions) > self.compaction_records_kept:
+                    conv.compactions.popleft()
             conv.version += 1
             conv.compaction_error = None
             return True
+
+    def compactions(self, conversation_id: str) -> list[dict[str, Any]]:
+        cid = check_conversation_id(conversation_id)
+        with self._lock:
+            conv = self._conversations.get(cid)
+            return [] if conv is None else [json.loads(json.dumps(r)) for r in conv.compactions]
 
     def history(self, conversation_id: str) -> list[Event]:
         cid = check_conversation_id(conversation_id)

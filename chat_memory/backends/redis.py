@@ -9,6 +9,7 @@ Layout, per conversation, under a configurable prefix (default ``chat-memory:``)
     <prefix>{<digest>}:archive   sorted set of archived events, scored by seq
     <prefix>{<digest>}:texts     hash seq -> folded search text of each real event
     <prefix>{<digest>}:recent    sorted set of the last request tokens (retry de-duplication)
+    <prefix>{<digest>}:compactions  list of the newest compaction records (JSON), oldest first
     <prefix>conversations        set of conversation ids (the registry)
     <prefix>layout               the layout version of everything under the prefix
     <prefix>layout:migrations    hash N -> when and why the layout was migrated to N
@@ -28,6 +29,7 @@ a turn costs no extra round trip.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -55,7 +57,7 @@ from .migrations import StoredFormat
 
 DEFAULT_PREFIX = "chat-memory:"
 DEFAULT_MAX_ARCHIVED_EVENTS = 1000
-_SUFFIXES = ("meta", "pinned", "active", "archive", "texts", "recent")
+_SUFFIXES = ("meta", "pinned", "active", "archive", "texts", "recent", "compactions")
 _SCRIPTS = ("load", "append", "apply", "history", "search", "record_error")
 _CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 # Small socket timeouts and a few quick retries: a server that is down or restarting gives a
@@ -327,7 +329,7 @@ class RedisStore(Store):
         mode = "any" if query.match_mode is MatchMode.ANY else "all"
         total, hits = self._call(
             self._scripts["search"],
-            self._keys(cid)[:6],
+            self._keys(cid)[: len(_SUFFIXES)],
             (mode, query.offset, query.limit, "1" if query.include_recall_tools else "0", *query.terms),
         )
         events = [_event(hits[i + 1], archived=_text(hits[i]) == "1") for i in range(0, len(hits), 2)]
@@ -369,10 +371,24 @@ class RedisStore(Store):
         cid = check_conversation_id(conversation_id)
         cap = self.archive_cap(plan)
         summary = plan.summary.model_copy(update={"seq": None, "archived": False}).to_json() if plan.summary else ""
+        record = json.dumps(plan.record) if plan.record is not None else ""
         applied = self._run(
-            "apply", cid, plan.expected_version, plan.archive_through_seq, summary, "" if cap is None else cap, self._ttl
+            "apply",
+            cid,
+            plan.expected_version,
+            plan.archive_through_seq,
+            summary,
+            "" if cap is None else cap,
+            self._ttl,
+            record,
+            self.compaction_records_kept,
         )
         return bool(applied)
+
+    def compactions(self, conversation_id: str) -> list[dict[str, Any]]:
+        cid = check_conversation_id(conversation_id)
+        self._check_layout()
+        return [json.loads(_text(r)) for r in self.client.lrange(self._keys(cid)[6], 0, -1)]
 
     def record_compaction_error(self, conversation_id: str, message: str | None) -> None:
         cid = check_conversation_id(conversation_id)
@@ -381,7 +397,7 @@ class RedisStore(Store):
     def clear(self, conversation_id: str) -> None:
         cid = check_conversation_id(conversation_id)
         self._check_layout()
-        keys = self._keys(cid)[:6]
+        keys = self._keys(cid)[: len(_SUFFIXES)]
         if self.cluster:
             # registry first: an append racing with this clear re-registers after it
             self.client.srem(self._registry, cid)

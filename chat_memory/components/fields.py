@@ -129,9 +129,20 @@ _MEMORY_FIELD_TEXTS: tuple[tuple[str, dict[str, Any], str, bool], ...] = (
      "the full text stays stored and the agent gets fetch_tool_result to read it again.", False),
     ("min_tool_result_compress_tokens", _POSITIVE_INT, "Tool results smaller than this many tokens are never shortened.", True),
     ("keep_recent_tool_results", {"type": "integer", "minimum": 0}, "Newest tool results always shown in full.", True),
+    ("context_window_tokens", _POSITIVE_INT,
+     "The model's context window in tokens; no single event may be larger.", False),
+    ("compact_at_ratio", {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+     "Compact when the window reaches this share of the context window (0.8: at 80%).", False),
+    ("summarizer_failures_before_fallback", _POSITIVE_INT,
+     "After this many failed summaries in a row, compaction archives without a new summary (the window "
+     "stays bounded; the archived turns stay searchable).", True),
+    ("max_tool_result_tokens", {"type": ["integer", "null"], "minimum": 1},
+     "Tool results longer than this are cut when stored, with a visible note; empty keeps them whole.", True),
 )
 #: Memory fields every strategy shows, and those that follow another field instead.
-_ALWAYS_SHOWN = frozenset({"compaction_strategy", "enable_conversation_search_tool", "compress_tool_results"})
+_ALWAYS_SHOWN = frozenset(
+    {"compaction_strategy", "enable_conversation_search_tool", "compress_tool_results", "max_tool_result_tokens"}
+)
 _SHOWN_BY_FIELD: dict[str, ShowIf] = {
     "search_page_size": {"enableConversationSearchTool": [True]},
     "min_tool_result_compress_tokens": {"compressToolResults": [True]},
@@ -141,11 +152,13 @@ _SHOWN_BY_FIELD: dict[str, ShowIf] = {
 
 def shown_for(config_field: str) -> list[str]:
     """The strategies for which the canvas shows a config field: those listing it in their
-    ``settings``, every compacting one for the archive cap."""
+    ``settings``, every compacting one for the archive cap, every summarizing one for the
+    summarizer's fallback."""
+    implied = {"max_archived_events": "compacts", "summarizer_failures_before_fallback": "summarizes"}
     shown = []
     for name in strategy_names():
         strategy = strategy_class(name)
-        if config_field in strategy.settings or (config_field == "max_archived_events" and strategy.compacts):
+        if config_field in strategy.settings or getattr(strategy, implied.get(config_field, ""), False):
             shown.append(name)
     return shown
 

@@ -8,11 +8,14 @@ without its result. Compaction runs inside :meth:`ChatMemory.add` after each wri
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import ChatMemory, ChatMemoryError, Event
+from .. import ChatMemory, ChatMemoryError, ContextOverflowError, Event, is_context_overflow
 from ..tools import ConversationSearchTool, FetchToolResultTool, ToolOutput
+
+log = logging.getLogger(__name__)
 
 Tool = ConversationSearchTool | FetchToolResultTool
 
@@ -105,6 +108,34 @@ class Agent:
         return TurnResult(conversation_id, reply, records, calls, stored, stop_reason)
 
     def _call_model(self, conversation_id: str, tools: dict[str, Tool], last_round: bool) -> Any:
+        """One model call. When the model answers that the prompt is too long, compact the
+        conversation by force (everything but the newest turn) and send the same step once
+        more; a second overflow is a :class:`ContextOverflowError` naming the conversation
+        and the sizes."""
+        try:
+            return self.client.messages.create(**self._request(conversation_id, tools, last_round))
+        except Exception as first:
+            if not is_context_overflow(first):
+                raise
+            before = self.memory.stats(conversation_id).window_tokens
+            result = self.memory.compact(conversation_id, force=True)
+            log.warning(
+                "chat-memory agent: the model refused %r as too long (%s); forced compaction archived %d events",
+                conversation_id, first, result.archived_events,
+            )
+        try:
+            return self.client.messages.create(**self._request(conversation_id, tools, last_round))
+        except Exception as second:
+            if not is_context_overflow(second):
+                raise
+            after = self.memory.stats(conversation_id).window_tokens
+            raise ContextOverflowError(
+                f"the model refused conversation {conversation_id!r} as longer than its context window twice: "
+                f"first with {before} window tokens, then, after a forced compaction, with {after} "
+                f"(the newest turn alone is too long, or the system prompt and tools are): {second}"
+            ) from second
+
+    def _request(self, conversation_id: str, tools: dict[str, Tool], last_round: bool) -> dict[str, Any]:
         # cache breakpoints on (the default): the system prompt, the summary and the growing tail
         # are served from the prompt cache on the next call (``system`` is then a list of blocks)
         system, messages = self.memory.to_anthropic(conversation_id, self.system_prompt)
@@ -115,7 +146,7 @@ class Agent:
             request["tools"] = [tool.definition() for tool in tools.values()]
             if last_round:
                 request["tool_choice"] = {"type": "none"}
-        return self.client.messages.create(**request)
+        return request
 
     @staticmethod
     def _run_tool(tools: dict[str, Tool], use: Any) -> ToolOutput:

@@ -22,8 +22,10 @@ from .sliding_window import SlidingWindow
 from .turn_window import TurnWindow
 from .token_count import TokenCount
 from .recursive_summarization import RecursiveSummarization
+from .auto_compact import AutoCompact
 
 __all__ = [
+    "AutoCompact",
     "SUPERSEDING_TURNS",
     "Cut",
     "NoCompaction",

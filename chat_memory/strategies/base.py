@@ -190,6 +190,18 @@ class Strategy(ABC):
         """Kept events a summarizer sees as context after the archived ones (not summarised)."""
         return []
 
+    def pressure(self, window: Window) -> float:
+        """How full the window is against this strategy's limit (1.0: at the limit). A
+        summarizing strategy whose summarizer keeps failing falls back to archiving without a
+        new summary once this passes 2 (see :mod:`chat_memory.compaction`)."""
+        return 0.0
+
+    def forced_cut(self, window: Window) -> Cut | None:
+        """The cut of a forced compaction: every turn but the newest (at the furthest safe
+        point), whatever the limit says; None when only the newest turn is there."""
+        starts = turn_starts(window.active)
+        return choose_cut(window.active, starts[-1]) if len(starts) > 1 else None
+
 
 def strategy_names() -> list[str]:
     """The registered strategy names, in registration order (built-ins first)."""

@@ -42,6 +42,9 @@ class RecursiveSummarization(Strategy):
         size = len(window.active)
         return choose_cut(window.active, size - self.config.max_events_to_keep, within=size - self.config.max_events)
 
+    def pressure(self, window: Window) -> float:
+        return len(window.active) / self.config.max_events
+
     def upcoming(self, cut: Cut) -> list[Event]:
         """The first ``overlap_size`` kept events: context for the summarizer, not summarised."""
         return list(cut.kept[: self.config.overlap_size])

@@ -252,6 +252,25 @@ class StoreConformance:
         assert _archive_through(store, "c", 0)
         assert store.load("c").compaction_error is None
 
+    def test_compaction_records_are_kept_with_the_apply_newest_last(self, store: Store) -> None:
+        store.append("c", [*turn(1), *turn(2)])
+        stale = CompactionPlan(expected_version=0, archive_through_seq=2, record={"n": 0})
+        assert store.apply("c", stale) is False
+        assert store.compactions("c") == []  # a plan that lost its race leaves no record
+        kept_count = store.compaction_records_kept
+        for n in range(1, kept_count + 3):
+            store.append("c", turn(n + 2))
+            version = store.load("c").version
+            assert store.apply("c", CompactionPlan(version, archive_through_seq=2 * n, record={"n": n, "why": "ß ✓"}))
+        kept = store.compactions("c")
+        assert [r["n"] for r in kept] == list(range(3, kept_count + 3))
+        assert kept[-1]["why"] == "ß ✓"
+        assert store.apply("c", CompactionPlan(store.load("c").version, archive_through_seq=0))  # no record given
+        assert len(store.compactions("c")) == kept_count
+        assert store.compactions("other") == []
+        store.clear("c")
+        assert store.compactions("c") == []
+
     def test_archive_cap_drops_the_oldest_archived_events(self, store: Store) -> None:
         for i in range(5):
             store.append("c", turn(i))

@@ -73,8 +73,8 @@ redis.call('HSET', meta, 'cid', cid, 'last_seq', last)
 redis.call('HINCRBY', meta, 'version', 1)
 redis.call('ZADD', recent, last, token)
 redis.call('ZREMRANGEBYRANK', recent, 0, -17)
-if KEYS[7] then
-  redis.call('SADD', KEYS[7], cid)
+if KEYS[8] then
+  redis.call('SADD', KEYS[8], cid)
 end
 refresh_ttl(ttl)
 return {owner and 0 or 1, window()}

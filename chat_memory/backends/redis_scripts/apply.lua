@@ -1,6 +1,8 @@
 -- Compare-and-swap compaction.
--- ARGV: expected version, archive-through seq, summary envelope ('' for none), archive cap ('' for none), ttl.
+-- ARGV: expected version, archive-through seq, summary envelope ('' for none), archive cap ('' for none), ttl,
+-- compaction record JSON ('' for none), how many records to keep.
 local expected, through, summary, cap, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4], tonumber(ARGV[5])
+local record, records_kept = ARGV[6], tonumber(ARGV[7])
 local version = redis.call('HGET', meta, 'version')
 if not version or tonumber(version) ~= expected then
   return 0
@@ -34,6 +36,10 @@ if cap ~= '' then
     end
     redis.call('ZREMRANGEBYRANK', archive, 0, excess - 1)
   end
+end
+if record ~= '' then
+  redis.call('RPUSH', compactions, record)
+  redis.call('LTRIM', compactions, -records_kept, -1)
 end
 redis.call('HINCRBY', meta, 'version', 1)
 redis.call('HDEL', meta, 'error')

@@ -1,8 +1,9 @@
 -- Shared head of every per-conversation script (the Python side prepends it).
--- KEYS: meta, pinned, active, archive, texts, recent [, registry]; all but the registry share
+-- KEYS: meta, pinned, active, archive, texts, recent, compactions [, registry]; all but the registry share
 -- one hash slot. Elements of pinned/active/archive and meta.summary are "<seq>:<envelope>".
 local meta, pinned, active, archive, texts, recent = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local CONVERSATION_KEYS = 6
+local compactions = KEYS[7]
+local CONVERSATION_KEYS = 7
 
 local function seq_of(element)
   return tonumber(string.match(element, '^(%d+):'))

@@ -140,6 +140,8 @@ class Head:
     unpinned: tuple[Event, ...] = ()
     #: ids of the last few writes that stored this head (see ``S3Store._write_head``)
     writes: tuple[str, ...] = ()
+    #: the newest compaction records, oldest first (S3Store.compaction_records_kept of them)
+    compactions: tuple[dict[str, Any], ...] = ()
 
     @classmethod
     def new(cls, conversation_id: str) -> Head:
@@ -178,6 +180,7 @@ class Head:
             "archive": [ref.to_json() for ref in self.segments],
             "unpinned": [_dump(e) for e in self.unpinned],
             "writes": list(self.writes),
+            "compactions": list(self.compactions),
         }
         return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
@@ -197,6 +200,7 @@ class Head:
             segments=tuple(SegmentRef.from_json(ref) for ref in doc["archive"]),
             writes=tuple(doc.get("writes", ())),
             unpinned=tuple(Event.model_validate(e) for e in doc.get("unpinned", ())),
+            compactions=tuple(doc.get("compactions", ())),
         )
 
 

@@ -79,6 +79,8 @@ class S3Store(CompactsWhileAppending, Store):
 
     schemes = ("s3",)
     extra = "s3"
+    # the records ride in the head, which every turn rewrites: keep few (~200 bytes each)
+    compaction_records_kept = 10
     url_options = (
         StoreOption("endpoint_url", nullable=True),
         StoreOption("region", nullable=True),
@@ -351,7 +353,10 @@ class S3Store(CompactsWhileAppending, Store):
         won; None when it lost a race (its new segments are deleted again)."""
         cap = self.archive_cap(plan)
         moving = [e for e in head.active if (e.seq or 0) <= plan.archive_through_seq]
-        batch = [archived_copy(e) for e in moving]
+        # superseded pins wait in the head until a compaction files them with the rest of the
+        # archive, so that the cap drops the oldest archived events exactly (a pin superseded
+        # long after it was written makes this one compaction rewrite the archive from it)
+        batch = [archived_copy(e) for e in moving] + list(head.unpinned)
         last_seq, summary = head.last_seq, head.summary
         if plan.summary is not None:
             if summary is not None:
@@ -368,7 +373,9 @@ class S3Store(CompactsWhileAppending, Store):
                 summary=summary,
                 active=tuple(e for e in head.active if (e.seq or 0) > plan.archive_through_seq),
                 segments=tuple(segments),
+                unpinned=(),
                 compaction_error=None,
+                compactions=(*head.compactions, plan.record)[-self.compaction_records_kept :] if plan.record else head.compactions,
             )
         except _SegmentGone:
             # a segment to rewrite was retired by a compaction that won meanwhile
@@ -461,6 +468,10 @@ class S3Store(CompactsWhileAppending, Store):
             return True if self._write_head(head.evolve(compaction_error=message), etag) else None
 
         self.backoff.run(attempt, what=f"recording the compaction error of conversation {cid!r}")
+
+    def compactions(self, conversation_id: str) -> list[dict[str, Any]]:
+        found = self._read_head(check_conversation_id(conversation_id))
+        return [] if found is None else [dict(record) for record in found[0].compactions]
 
     def clear(self, conversation_id: str) -> None:
         cid = check_conversation_id(conversation_id)

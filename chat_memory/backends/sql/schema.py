@@ -1,6 +1,6 @@
 """The SQL store's tables, created on first use and checked against the recorded schema version.
 
-Three tables, named with a configurable prefix (default ``chat_memory_``):
+Four tables, named with a configurable prefix (default ``chat_memory_``):
 
 - ``<prefix>meta``: ``name``/``value`` pairs; ``schema_version`` says which layout the data uses,
   and ``migrated_to_<N>`` records when (and by which step) the tables were upgraded to N.
@@ -10,6 +10,8 @@ Three tables, named with a configurable prefix (default ``chat_memory_``):
 - ``<prefix>events``: one row per event keyed by (conversation, seq), with the stored envelope,
   the archived flag, the type, the token count and the case-folded search text. The index on
   (conversation, archived, seq) makes reading the window a range scan that never visits the archive.
+- ``<prefix>compactions`` (since schema version 2): the records of a conversation's newest
+  compactions (JSON), written in the compaction's own transaction.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from ...errors import ConfigurationError, SchemaError
 from ..migrations import Migration, StoredFormat
 
 #: The schema version this code creates (as recorded in the meta table).
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 DEFAULT_TABLE_PREFIX = "chat_memory_"
 _PREFIX_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,29}|")
 
@@ -71,6 +73,7 @@ class Tables:
     meta: sa.Table
     conversations: sa.Table
     events: sa.Table
+    compactions: sa.Table
 
 
 def check_table_prefix(prefix: object) -> str:
@@ -129,7 +132,20 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         # default 20% so the dead index entries it leaves behind do not pile up.
         postgresql_with={"autovacuum_vacuum_scale_factor": "0.02", "autovacuum_analyze_scale_factor": "0.02"},
     )
-    return Tables(prefix, metadata, meta, conversations, events)
+    compactions = sa.Table(
+        f"{prefix}compactions",
+        metadata,
+        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True),
+        sa.Column(
+            "conversation_ref",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            sa.ForeignKey(conversations.c.id, ondelete="CASCADE", name=f"{prefix}compactions_conversation_fk"),
+            nullable=False,
+        ),
+        sa.Column("record", _LONG_TEXT, nullable=False),
+        sa.Index(f"{prefix}compactions_conversation_idx", "conversation_ref", "id"),
+    )
+    return Tables(prefix, metadata, meta, conversations, events, compactions)
 
 
 @dataclass(frozen=True)
@@ -145,10 +161,14 @@ class SchemaChange:
 #: first touches the tables: all in the one write transaction that holds the schema lock,
 #: so a failed step leaves the tables at their old version (MySQL commits DDL implicitly:
 #: there a failed step can leave a partial change behind).
+def _add_compaction_records(change: SchemaChange) -> None:
+    change.tables.compactions.create(change.connection, checkfirst=True)
+
+
 SQL_SCHEMA: StoredFormat[SchemaChange] = StoredFormat(
     "SQL schema",
     current=int(SCHEMA_VERSION),
-    migrations=(),
+    migrations=(Migration(1, "add the compactions table (compaction records)", _add_compaction_records),),
     remedy="upgrade chat-memory, or use another table_prefix",
 )
 
@@ -158,7 +178,7 @@ def ensure_schema(connection: sa.Connection, tables: Tables) -> None:
     them up to the current schema version with :data:`SQL_SCHEMA`'s migrations. Runs inside
     the caller's (write) transaction, which holds the schema lock."""
     inspector = sa.inspect(connection)
-    names = {tables.meta.name, tables.conversations.name, tables.events.name}
+    names = {tables.meta.name, tables.conversations.name, tables.events.name, tables.compactions.name}
     present = {name for name in names if inspector.has_table(name)}
     if not present:
         tables.metadata.create_all(connection, checkfirst=True)
@@ -181,7 +201,7 @@ def ensure_schema(connection: sa.Connection, tables: Tables) -> None:
     if steps:
         inspector = sa.inspect(connection)  # the inspector caches what it read before the migrations
         present = {name for name in names if inspector.has_table(name)}
-    for table in (tables.conversations, tables.events):
+    for table in (tables.conversations, tables.events, tables.compactions):
         if table.name not in present:
             raise SchemaError(f"table {table.name} is missing although {tables.meta.name} records schema version {found}")
         columns = {column["name"] for column in inspector.get_columns(table.name)}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -409,7 +410,39 @@ class SQLStore(CompactsWhileAppending, Store):
             .where(conversations.c.id == row.id)
             .values(last_seq=last_seq, summary_seq=summary_seq, archived_count=archived_count)
         )
+        if plan.record is not None:
+            self._keep_record(connection, row.id, plan.record)
         return True
+
+    def _keep_record(self, connection: sa.Connection, ref: int, record: dict[str, Any]) -> None:
+        """Insert a compaction record and drop the conversation's records beyond the newest
+        :attr:`compaction_records_kept`."""
+        compactions = self.tables.compactions
+        connection.execute(compactions.insert().values(conversation_ref=ref, record=json.dumps(record)))
+        oldest_kept = connection.execute(
+            sa.select(compactions.c.id)
+            .where(compactions.c.conversation_ref == ref)
+            .order_by(compactions.c.id.desc())
+            .offset(self.compaction_records_kept - 1)
+            .limit(1)
+        ).scalar_one_or_none()
+        if oldest_kept is not None:
+            connection.execute(
+                compactions.delete().where(compactions.c.conversation_ref == ref, compactions.c.id < oldest_kept)
+            )
+
+    def compactions(self, conversation_id: str) -> list[dict[str, Any]]:
+        cid = check_conversation_id(conversation_id)
+        self._ready()
+        conversations, compactions = self.tables.conversations, self.tables.compactions
+        with self._tx.read() as connection:
+            rows = connection.execute(
+                sa.select(compactions.c.record)
+                .join(conversations, conversations.c.id == compactions.c.conversation_ref)
+                .where(conversations.c.conversation_key == conversation_key(cid))
+                .order_by(compactions.c.id)
+            ).scalars()
+            return [json.loads(record) for record in rows]
 
     def _trim(self, connection: sa.Connection, ref: int, excess: int) -> int:
         """Delete the ``excess`` oldest archived events; returns how many were deleted."""
@@ -447,6 +480,8 @@ class SQLStore(CompactsWhileAppending, Store):
                 row = self._conversation_row(connection, cid, lock=True)
                 if row is not None:
                     connection.execute(events.delete().where(events.c.conversation_ref == row.id))
+                    compactions = self.tables.compactions
+                    connection.execute(compactions.delete().where(compactions.c.conversation_ref == row.id))
                     connection.execute(conversations.delete().where(conversations.c.id == row.id))
 
         self._retrying(attempt, f"clearing conversation {cid!r}")
