@@ -29,3 +29,24 @@ def test_the_example_runs_as_written(name):
     assert out.returncode == 0, out.stderr
     for text in expected:
         assert text in out.stdout, out.stdout
+
+
+@pytest.mark.parametrize(
+    "blocked, module, extra",
+    [
+        ("langchain_core", "chat_memory.integrations.langchain", "langchain"),
+        ("langchain", "chat_memory.integrations.langchain.middleware", "langchain-agents"),
+        ("agents", "chat_memory.integrations.openai_agents", "openai-agents"),
+    ],
+)
+def test_a_missing_framework_names_its_extra(blocked, module, extra):
+    code = (
+        f"import sys; sys.modules[{blocked!r}] = None\n"
+        "from chat_memory import ConfigurationError\n"
+        "try:\n"
+        f"    __import__({module!r})\n"
+        "except ConfigurationError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert f"pip install 'chat-memory[{extra}]'" in out.stdout, out.stdout + out.stderr
