@@ -12,7 +12,7 @@ import chat_memory
 
 PACKAGE = Path(chat_memory.__file__).parent
 #: Sub-packages built on the core (the core must not import them).
-OUTSIDE_THE_CORE = ("host", "testing")
+OUTSIDE_THE_CORE = ("host", "testing", "integrations")
 #: What the host may import from chat_memory: the top-level public names and these
 #: public sub-packages/modules.
 PUBLIC_MODULES = {

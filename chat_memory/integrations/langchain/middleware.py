@@ -1,0 +1,142 @@
+"""An agent middleware for LangChain v1's ``create_agent``: chat-memory keeps the history,
+the model sees chat-memory's window.
+
+Unlike ``SummarizationMiddleware``, nothing is removed from the agent's state (its
+``messages`` keep growing as LangGraph's reducer has them; the checkpointer keeps them), and
+what the model is shown is chat-memory's window, which never holds an orphaned
+``ToolMessage`` or an unanswered tool call: compaction cuts only between whole turns and
+archives (searchable) instead of deleting."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import uuid
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
+
+from ...backends.base import check_conversation_id
+from ...engine import ChatMemory
+from ...errors import ConfigurationError
+from .. import missing_extra
+from .convert import events_from_messages, render
+
+try:
+    from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+except ImportError:  # pragma: no cover - exercised by the architecture test's subprocess
+    raise missing_extra("langchain", "langchain-agents") from None
+
+
+class ChatMemoryMiddleware(AgentMiddleware):
+    """Store every step of a ``create_agent`` run in ``memory`` and give the model its window.
+
+    Before each model call, the messages of the agent's state that ``memory`` has not stored
+    yet (the user's input, tool results) are added; the model's request then gets the window
+    in place of the state's messages (pinned system events and a ``system_prompt`` summary
+    are appended to the agent's system prompt); the model's reply is stored as soon as it
+    comes back (an ``AIMessage`` without an id is given one, so that the state and the memory
+    agree on it). After the run, anything still unstored (a ``return_direct`` tool's result)
+    is added too.
+
+    ``conversation_id``: the conversation to keep; ``None`` uses the LangGraph ``thread_id``
+    of the run (``config={"configurable": {"thread_id": ...}}``). The async hooks run the
+    sync API in a worker thread (``asyncio.to_thread``) until chat-memory has an async API.
+
+    >>> agent = create_agent(model, tools=search_tools(memory, "conv-1"),
+    ...                      middleware=[ChatMemoryMiddleware(memory, conversation_id="conv-1")])
+    """
+
+    def __init__(self, memory: ChatMemory, conversation_id: str | None = None) -> None:
+        super().__init__()
+        self.memory = memory
+        self.conversation_id = None if conversation_id is None else check_conversation_id(conversation_id)
+
+    # -- the hooks ---------------------------------------------------------------------------
+
+    def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]) -> Any:
+        """Store the new messages, show the model the window, store its reply."""
+        cid = self._conversation()
+        response = handler(self._request(cid, request))
+        return self._store_reply(cid, response)
+
+    async def awrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
+    ) -> Any:
+        """:meth:`wrap_model_call` for ``ainvoke``/``astream``; memory calls in a worker thread."""
+        cid = self._conversation()
+        response = await handler(await asyncio.to_thread(self._request, cid, request))
+        return await asyncio.to_thread(self._store_reply, cid, response)
+
+    def after_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        """Store what the run added after the last model call."""
+        self._store_new(self._conversation(), state["messages"])
+        return None
+
+    async def aafter_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        """:meth:`after_agent` in a worker thread."""
+        cid = self._conversation()
+        await asyncio.to_thread(self._store_new, cid, state["messages"])
+        return None
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _conversation(self) -> str:
+        if self.conversation_id is not None:
+            return self.conversation_id
+        from langgraph.config import get_config
+
+        try:
+            thread_id = (get_config().get("configurable") or {}).get("thread_id")
+        except RuntimeError:
+            thread_id = None
+        if thread_id is None:
+            raise ConfigurationError(
+                "conversation_id (None) is not set and the run has no thread_id; pass "
+                "ChatMemoryMiddleware(memory, conversation_id=...) or config={'configurable': {'thread_id': ...}}"
+            )
+        return check_conversation_id(str(thread_id))
+
+    def _store_new(self, cid: str, messages: Sequence[BaseMessage]) -> None:
+        new = unstored(messages, {e.id for e in self.memory.window(cid)})
+        events = events_from_messages(new)
+        if events:
+            self.memory.add(cid, events)
+
+    def _request(self, cid: str, request: ModelRequest) -> ModelRequest:
+        self._store_new(cid, request.messages)
+        system, messages = render(self.memory.model_window(cid), self.memory.config.summary_placement)
+        own = request.system_message.text if request.system_message is not None else ""
+        text = "\n\n".join(t for t in (str(own), system) if t.strip())
+        return request.override(messages=messages, system_message=SystemMessage(text) if text else None)
+
+    def _store_reply(self, cid: str, response: Any) -> Any:
+        if isinstance(response, AIMessage):
+            response = ModelResponse(result=[response])
+        inner = getattr(response, "model_response", None)  # ExtendedModelResponse wraps one
+        target = inner if isinstance(inner, ModelResponse) else response
+        if not isinstance(target, ModelResponse):
+            return response
+        result = [_with_id(m) for m in target.result]
+        events = events_from_messages(result)
+        if events:
+            self.memory.add(cid, events)
+        replaced = dataclasses.replace(target, result=result)
+        return dataclasses.replace(response, model_response=replaced) if target is inner else replaced
+
+
+def unstored(messages: Sequence[BaseMessage], stored_ids: set[str]) -> list[BaseMessage]:
+    """The messages after the newest one whose id is among ``stored_ids`` (all of them when
+    none is): the newest stored event is always in the window (the newest turn is never
+    archived), so looking for it there is enough, however long the state has grown."""
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].id and messages[index].id in stored_ids:
+            return list(messages[index + 1 :])
+    return list(messages)
+
+
+def _with_id(message: BaseMessage) -> BaseMessage:
+    if message.id:
+        return message
+    return message.model_copy(update={"id": f"lc_{uuid.uuid4().hex}"})

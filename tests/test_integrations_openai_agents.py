@@ -1,0 +1,247 @@
+"""The OpenAI Agents SDK adapter against the real openai-agents package: the Session mapping,
+``get_items(limit)`` never splitting a call from its output, and ``Runner.run`` with a model
+stub implementing the SDK's Model interface over every store."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agents")
+
+from agents import Agent, Model, ModelResponse, Runner, Usage, function_tool, set_tracing_disabled  # noqa: E402
+from agents.memory import Session  # noqa: E402
+from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText  # noqa: E402
+
+from chat_memory import ChatMemory, EventType, InvalidInputError, MemoryConfig  # noqa: E402
+from chat_memory.integrations.openai_agents import (  # noqa: E402
+    ChatMemorySession,
+    UnsupportedOperationError,
+    events_from_items,
+    search_tool,
+)
+from chat_memory.render.plan import MISSING_RESULT_TEXT  # noqa: E402
+from tests import agent_script  # noqa: E402
+from tests.validators import validate_openai_messages  # noqa: E402
+
+set_tracing_disabled(True)  # the SDK would export traces to OpenAI otherwise
+
+
+def as_chat_messages(items: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Responses input items as Chat Completions messages, the way the SDK's own Chat
+    Completions converter groups them: consecutive function calls join one assistant message."""
+    out: list[dict[str, Any]] = []
+    for item in items:
+        if item.get("type") == "function_call":
+            call = {"id": item["call_id"], "type": "function", "function": {"name": item["name"], "arguments": item["arguments"]}}
+            if out and out[-1]["role"] == "assistant" and "tool_calls" in out[-1]:
+                out[-1]["tool_calls"].append(call)
+            elif out and out[-1]["role"] == "assistant":
+                out[-1]["tool_calls"] = [call]
+            else:
+                out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif item.get("type") == "function_call_output":
+            out.append({"role": "tool", "tool_call_id": item["call_id"], "content": item["output"]})
+        else:
+            content = item["content"]
+            if isinstance(content, list):
+                content = "\n".join(part["text"] for part in content)
+            out.append({"role": item["role"], "content": content})
+    return out
+
+
+def check_items(items: list[dict[str, Any]]) -> None:
+    """Every function_call has its output after it, and every output follows its call."""
+    called: set[str] = set()
+    answered: set[str] = set()
+    for item in items:
+        if item.get("type") == "function_call":
+            called.add(item["call_id"])
+        elif item.get("type") == "function_call_output":
+            assert item["call_id"] in called, f"output {item['call_id']} without its call"
+            answered.add(item["call_id"])
+    assert called == answered, f"calls without output: {called - answered}"
+
+
+def memory_on(store, **config: Any) -> ChatMemory:
+    return ChatMemory(store, MemoryConfig(**config))
+
+
+def run(coroutine: Any) -> Any:
+    return asyncio.run(coroutine)
+
+
+# -- the mapping ----------------------------------------------------------------------------
+
+
+def test_items_map_to_events_and_back(sqlite_store):
+    session = ChatMemorySession(memory_on(sqlite_store), "conv")
+    assert isinstance(session, Session)  # the SDK's runtime-checkable protocol
+    items = [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": [{"type": "input_text", "text": "Where is order 7?"}]},
+        {"type": "reasoning", "id": "rs_1", "summary": []},
+        {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": '{"id": 7}', "id": "fc_1"},
+        {"type": "function_call_output", "call_id": "c1", "output": "shipped"},
+        {"type": "message", "role": "assistant", "id": "msg_1", "status": "completed",
+         "content": [{"type": "output_text", "text": "Order 7 shipped.", "annotations": []}]},
+    ]
+    run(session.add_items(items))
+    run(session.add_items(items[3:]))  # a retry: the ids (or the call's output id) are stored already
+    events = session.memory.history("conv")
+    assert [e.type.value for e in events] == ["system", "user", "tool_call", "tool_result", "assistant"]
+    assert [e.id for e in events[2:]] == ["fc_1", "output:c1", "msg_1"]
+    assert events[2].arguments == {"id": 7}
+    got = run(session.get_items())
+    assert got == [
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": "Where is order 7?"},
+        {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": '{"id": 7}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "shipped"},
+        {"role": "assistant", "content": "Order 7 shipped."},
+    ]
+    validate_openai_messages(as_chat_messages(got))
+
+
+def test_the_sdk_placeholder_id_is_no_identity_and_odd_arguments_replay_verbatim(memory_store):
+    events = events_from_items(
+        [
+            {"role": "assistant", "content": "a", "id": "__fake_id__"},
+            {"role": "assistant", "content": "b", "id": "__fake_id__"},
+            {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "[1, 2]"},
+        ]
+    )
+    assert events[0].id != events[1].id and "__fake_id__" not in (events[0].id, events[1].id)
+    assert events[2].arguments == {} and events[2].metadata["raw_arguments"] == "[1, 2]"
+
+
+def test_unknown_item_types_are_refused_by_index():
+    with pytest.raises(InvalidInputError, match=r"items\[1\]\.type \('web_search_call'\)"):
+        events_from_items([{"role": "user", "content": "hi"}, {"type": "web_search_call", "id": "ws_1"}])
+
+
+def test_a_limit_never_splits_a_call_from_its_output(memory_store):
+    session = ChatMemorySession(memory_on(memory_store), "conv")
+    run(session.add_items([
+        {"role": "user", "content": "look up 1 and 2"},
+        {"role": "assistant", "content": "Looking."},
+        {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"},
+        {"type": "function_call", "call_id": "c2", "name": "lookup", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "one"},
+        {"type": "function_call_output", "call_id": "c2", "output": "two"},
+        {"role": "user", "content": "thanks"},
+    ]))
+    full = run(session.get_items())
+    assert len(full) == 7
+    for limit in range(0, 9):
+        got = run(session.get_items(limit=limit))
+        check_items(got)
+        assert got == full[len(full) - len(got):]
+        assert len(got) <= max(limit, 1)
+    assert run(session.get_items(limit=2)) == full[-1:]  # the step of 5 items does not fit in 2
+    assert run(session.get_items(limit=6)) == full[-6:]
+    with pytest.raises(InvalidInputError, match=r"limit \(-1\)"):
+        run(session.get_items(limit=-1))
+
+
+def test_a_pending_call_gets_a_synthetic_output(memory_store):
+    session = ChatMemorySession(memory_on(memory_store), "conv")
+    run(session.add_items([{"role": "user", "content": "go"}, {"type": "function_call", "call_id": "c1", "name": "slow", "arguments": "{}"}]))
+    got = run(session.get_items())
+    assert got[-1] == {"type": "function_call_output", "call_id": "c1", "output": "Error: " + MISSING_RESULT_TEXT}
+
+
+def test_pop_item_is_refused_and_clear_session_deletes(memory_store):
+    session = ChatMemorySession(memory_on(memory_store), "conv")
+    run(session.add_items([{"role": "user", "content": "hi"}]))
+    with pytest.raises(UnsupportedOperationError, match="append-only"):
+        run(session.pop_item())
+    assert len(run(session.get_items())) == 1
+    run(session.clear_session())
+    assert run(session.get_items()) == []
+
+
+# -- Runner.run with a model stub -----------------------------------------------------------
+
+
+class ScriptedModel(Model):
+    """A Model following tests/agent_script.py that records every input it is given."""
+
+    def __init__(self) -> None:
+        self.requests: list[list[dict[str, Any]]] = []
+        self.ids = itertools.count(1)
+
+    async def get_response(self, system_instructions, input, model_settings, tools, output_schema, handoffs, tracing,
+                           *, previous_response_id=None, conversation_id=None, prompt=None, **kwargs):
+        items = [{"role": "user", "content": input}] if isinstance(input, str) else [dict(i) for i in input]
+        self.requests.append(items)
+        last = items[-1]
+        if last.get("type") == "function_call_output":
+            move = agent_script.decide("tool", last["output"])
+        else:
+            content = last["content"]
+            move = agent_script.decide("user", content if isinstance(content, str) else content[0]["text"])
+        n = next(self.ids)
+        if move.tool:
+            output = [ResponseFunctionToolCall(type="function_call", id=f"fc_{n}", call_id=f"call_{n}", name=move.tool,
+                                               arguments=json.dumps(move.arguments), status="completed")]
+        else:
+            output = [ResponseOutputMessage(type="message", id=f"msg_{n}", role="assistant", status="completed",
+                                            content=[ResponseOutputText(type="output_text", text=move.text, annotations=[])])]
+        return ModelResponse(output=output, usage=Usage(), response_id=None)
+
+    def stream_response(self, *args: Any, **kwargs: Any):
+        raise NotImplementedError
+
+
+@function_tool
+def lookup_order(order_id: int) -> str:
+    """Look up an order by its number."""
+    return agent_script.lookup_order(order_id)
+
+
+def converse(store, turns: int) -> tuple[ChatMemory, ScriptedModel, dict[int, str]]:
+    memory = memory_on(store, compaction_strategy="turn_window", max_turns=4)
+    model = ScriptedModel()
+    agent = Agent(name="assistant", instructions="Search your history for earlier things.", model=model,
+                  tools=[lookup_order, search_tool(memory, "conv")])
+    session = ChatMemorySession(memory, "conv")
+    answers: dict[int, str] = {}
+
+    async def go() -> None:
+        for turn in range(turns):
+            result = await Runner.run(agent, agent_script.user_line(turn), session=session)
+            answers[turn] = result.final_output
+
+    run(go())
+    return memory, model, answers
+
+
+def check_run(memory: ChatMemory, model: ScriptedModel, turns: int) -> None:
+    for sent in model.requests:
+        check_items(sent)
+        validate_openai_messages(as_chat_messages(sent))
+        assert sum(i.get("role") == "user" for i in sent) <= 4 + 1  # max_turns, plus the turn being answered
+    history = memory.history("conv")
+    assert sum(e.type is EventType.USER for e in history) == turns
+    lookups = sum(1 for t in range(turns) if agent_script.user_line(t).startswith("Please"))
+    recalls = sum(1 for t in agent_script.RECALL if t < turns)
+    assert len(history) == turns * 2 + (lookups + recalls) * 2  # nothing stored twice
+    assert memory.stats("conv").archived_events > 0
+
+
+def test_runner_keeps_its_history_in_every_store(store):
+    memory, model, _ = converse(store, 7)
+    check_run(memory, model, 7)
+
+
+@pytest.mark.parametrize("store_fixture", ["sqlite_store", pytest.param("redis_store", marks=pytest.mark.redis)])
+def test_a_runner_conversation_of_50_turns(request, store_fixture):
+    memory, model, answers = converse(request.getfixturevalue(store_fixture), agent_script.TURNS)
+    check_run(memory, model, agent_script.TURNS)
+    for turn, earlier in agent_script.RECALL.items():
+        assert agent_script.code(earlier) in answers[turn] and "archived" in answers[turn]
