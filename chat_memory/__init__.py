@@ -23,7 +23,7 @@ from .errors import (
     is_context_overflow,
 )
 from .events import Event, EventType
-from .compaction import CompactionRecord, CompactionResult
+from .compaction import CompactionRecord, CompactionResult, with_overflow_retry
 from .engine import ChatMemory, MemoryStats
 from .render import to_anthropic, to_openai
 from .search import SearchHit, SearchPage
@@ -60,5 +60,6 @@ __all__ = [
     "is_context_overflow",
     "open_store",
     "to_anthropic",
+    "with_overflow_retry",
     "to_openai",
 ]

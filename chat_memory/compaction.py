@@ -16,18 +16,19 @@ The safety nets live here:
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 from .backends.base import Backoff, CompactionPlan, Snapshot, Store
 from .config import MemoryConfig
-from .errors import ConcurrencyError, ConfigurationError, SummarizerError
+from .errors import ConcurrencyError, ConfigurationError, ContextOverflowError, SummarizerError, is_context_overflow
 from .events import Event, EventType
 from .strategies import Cut, Strategy
 from .summarizer import Summarizer, run_summarizer
@@ -317,4 +318,65 @@ def _head(snapshot: Snapshot) -> tuple[str | None, str | None]:
     return (active[0].id if active else None, summary.id if summary else None)
 
 
-__all__ = ["COMPACTION_RETRIES", "CompactionRecord", "CompactionResult", "Compactor"]
+
+
+T = TypeVar("T")
+
+
+def with_overflow_retry(memory: Any, conversation_id: str, send: Callable[[], T]) -> T:
+    """The overflow safety net: call ``send`` (which renders the window and calls the model);
+    when the model answers that the prompt is too long (:func:`is_context_overflow`), compact
+    the conversation by force (``memory.compact(conversation_id, force=True)``) and call it
+    once more. A second overflow is a :class:`ContextOverflowError` naming the conversation
+    and the window sizes before and after."""
+    try:
+        return send()
+    except Exception as first:
+        if not is_context_overflow(first):
+            raise
+        before = _compact_after_overflow(memory, conversation_id, first)
+    try:
+        return send()
+    except Exception as second:
+        if not is_context_overflow(second):
+            raise
+        raise _overflowed_twice(memory, conversation_id, before, second) from second
+
+
+async def awith_overflow_retry(memory: Any, conversation_id: str, send: Callable[[], Awaitable[T]]) -> T:
+    """:func:`with_overflow_retry` for a coroutine ``send``; the memory calls run in a worker thread."""
+    try:
+        return await send()
+    except Exception as first:
+        if not is_context_overflow(first):
+            raise
+        before = await asyncio.to_thread(_compact_after_overflow, memory, conversation_id, first)
+    try:
+        return await send()
+    except Exception as second:
+        if not is_context_overflow(second):
+            raise
+        raise await asyncio.to_thread(_overflowed_twice, memory, conversation_id, before, second) from second
+
+
+def _compact_after_overflow(memory: Any, conversation_id: str, error: BaseException) -> int:
+    """Force a compaction after the model refused the request; the window tokens before it."""
+    before: int = memory.stats(conversation_id).window_tokens
+    result = memory.compact(conversation_id, force=True)
+    log.warning(
+        "chat-memory: the model refused %r as too long (%s); a forced compaction archived %d events",
+        conversation_id, error, result.archived_events,
+    )
+    return before
+
+
+def _overflowed_twice(memory: Any, conversation_id: str, before: int, error: BaseException) -> ContextOverflowError:
+    after = memory.stats(conversation_id).window_tokens
+    return ContextOverflowError(
+        f"the model refused conversation {conversation_id!r} as longer than its context window twice: "
+        f"first with {before} window tokens, then, after a forced compaction, with {after} "
+        f"(the newest turn alone is too long, or the system prompt and tools are): {error}"
+    )
+
+
+__all__ = ["COMPACTION_RETRIES", "CompactionRecord", "CompactionResult", "Compactor", "awith_overflow_retry", "with_overflow_retry"]

@@ -301,3 +301,42 @@ def test_without_a_conversation_id_or_thread_id_the_error_says_what_to_pass(memo
     agent = create_agent(new_model(), tools=[], middleware=[ChatMemoryMiddleware(memory_on(memory_store))])
     with pytest.raises(ConfigurationError, match="thread_id"):
         agent.invoke({"messages": [HumanMessage("hi")]})
+
+
+class PromptTooLong(Exception):
+    """What a provider SDK raises for an overflow (Anthropic's shape: HTTP 400)."""
+
+    status_code = 400
+
+
+class OverflowOnceModel(ScriptedChatModel):
+    """Refuses the first request after ``armed`` is set as too long, then answers as scripted."""
+
+    armed: bool = False
+
+    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+        if self.armed:
+            self.armed = False
+            raise PromptTooLong("prompt is too long: 201000 tokens > 200000 maximum")
+        return super()._generate(messages, stop, run_manager, **kwargs)
+
+
+@pytest.mark.parametrize("use_async", [False, True])
+def test_the_middleware_compacts_by_force_and_retries_once_on_an_overflow(memory_store, use_async):
+    memory = memory_on(memory_store)
+    model = OverflowOnceModel(requests=[], calls=itertools.count(1))
+    agent = create_agent(model, tools=[lookup_order], middleware=[ChatMemoryMiddleware(memory, conversation_id="c")])
+
+    def invoke(turn: int) -> Any:
+        message = {"messages": [HumanMessage(agent_script.user_line(turn))]}
+        return asyncio.run(agent.ainvoke(message)) if use_async else agent.invoke(message)
+
+    for turn in range(3):
+        invoke(turn)
+    model.armed = True
+    state = invoke(3)
+    assert state["messages"][-1].content  # answered after the retry
+    assert memory.compactions("c")[-1].forced
+    assert [e.content for e in memory.window("c") if e.type is EventType.USER] == [agent_script.user_line(3)]
+    for sent in model.requests:
+        validate(sent)

@@ -8,14 +8,11 @@ without its result. Compaction runs inside :meth:`ChatMemory.add` after each wri
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import ChatMemory, ChatMemoryError, ContextOverflowError, Event, is_context_overflow
+from .. import ChatMemory, ChatMemoryError, Event, with_overflow_retry
 from ..tools import ConversationSearchTool, FetchToolResultTool, ToolOutput
-
-log = logging.getLogger(__name__)
 
 Tool = ConversationSearchTool | FetchToolResultTool
 
@@ -112,28 +109,11 @@ class Agent:
         conversation by force (everything but the newest turn) and send the same step once
         more; a second overflow is a :class:`ContextOverflowError` naming the conversation
         and the sizes."""
-        try:
-            return self.client.messages.create(**self._request(conversation_id, tools, last_round))
-        except Exception as first:
-            if not is_context_overflow(first):
-                raise
-            before = self.memory.stats(conversation_id).window_tokens
-            result = self.memory.compact(conversation_id, force=True)
-            log.warning(
-                "chat-memory agent: the model refused %r as too long (%s); forced compaction archived %d events",
-                conversation_id, first, result.archived_events,
-            )
-        try:
-            return self.client.messages.create(**self._request(conversation_id, tools, last_round))
-        except Exception as second:
-            if not is_context_overflow(second):
-                raise
-            after = self.memory.stats(conversation_id).window_tokens
-            raise ContextOverflowError(
-                f"the model refused conversation {conversation_id!r} as longer than its context window twice: "
-                f"first with {before} window tokens, then, after a forced compaction, with {after} "
-                f"(the newest turn alone is too long, or the system prompt and tools are): {second}"
-            ) from second
+        return with_overflow_retry(
+            self.memory,
+            conversation_id,
+            lambda: self.client.messages.create(**self._request(conversation_id, tools, last_round)),
+        )
 
     def _request(self, conversation_id: str, tools: dict[str, Tool], last_round: bool) -> dict[str, Any]:
         # cache breakpoints on (the default): the system prompt, the summary and the growing tail

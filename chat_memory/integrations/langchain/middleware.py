@@ -18,6 +18,7 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 
 from ...backends.base import check_conversation_id
+from ...compaction import awith_overflow_retry, with_overflow_retry
 from ...engine import ChatMemory
 from ...errors import ConfigurationError
 from .. import missing_extra
@@ -58,7 +59,8 @@ class ChatMemoryMiddleware(AgentMiddleware):
     def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]) -> Any:
         """Store the new messages, show the model the window, store its reply."""
         cid = self._conversation()
-        response = handler(self._request(cid, request))
+        # a "prompt is too long" answer: compact by force and send the step once more
+        response = with_overflow_retry(self.memory, cid, lambda: handler(self._request(cid, request)))
         return self._store_reply(cid, response)
 
     async def awrap_model_call(
@@ -66,7 +68,11 @@ class ChatMemoryMiddleware(AgentMiddleware):
     ) -> Any:
         """:meth:`wrap_model_call` for ``ainvoke``/``astream``; memory calls in a worker thread."""
         cid = self._conversation()
-        response = await handler(await asyncio.to_thread(self._request, cid, request))
+
+        async def send() -> Any:
+            return await handler(await asyncio.to_thread(self._request, cid, request))
+
+        response = await awith_overflow_retry(self.memory, cid, send)
         return await asyncio.to_thread(self._store_reply, cid, response)
 
     def after_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
