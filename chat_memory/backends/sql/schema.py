@@ -10,6 +10,10 @@ Three tables, named with a configurable prefix (default ``chat_memory_``):
 - ``<prefix>events``: one row per event keyed by (conversation, seq), with the stored envelope,
   the archived flag, the type, the token count and the case-folded search text. The index on
   (conversation, archived, seq) makes reading the window a range scan that never visits the archive.
+
+Since schema version 2, three more for long-term memory (:mod:`chat_memory.longterm.sql`):
+``<prefix>memory_namespaces`` (one row per namespace: its revision, locked by every commit),
+``<prefix>memory_files`` (the current files) and ``<prefix>memory_versions`` (every change).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from ...errors import ConfigurationError, SchemaError
 from ..migrations import Migration, StoredFormat
 
 #: The schema version this code creates (as recorded in the meta table).
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION = "2"
 DEFAULT_TABLE_PREFIX = "chat_memory_"
 _PREFIX_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,29}|")
 
@@ -71,6 +75,14 @@ class Tables:
     meta: sa.Table
     conversations: sa.Table
     events: sa.Table
+    memory_namespaces: sa.Table
+    memory_files: sa.Table
+    memory_versions: sa.Table
+
+    @property
+    def checked(self) -> tuple[sa.Table, ...]:
+        """The tables whose columns are checked against this schema version."""
+        return (self.conversations, self.events, self.memory_namespaces, self.memory_files, self.memory_versions)
 
 
 def check_table_prefix(prefix: object) -> str:
@@ -129,7 +141,50 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         # default 20% so the dead index entries it leaves behind do not pile up.
         postgresql_with={"autovacuum_vacuum_scale_factor": "0.02", "autovacuum_analyze_scale_factor": "0.02"},
     )
-    return Tables(prefix, metadata, meta, conversations, events)
+    return Tables(prefix, metadata, meta, conversations, events, *_memory_tables(prefix, metadata))
+
+
+def _memory_tables(prefix: str, metadata: sa.MetaData) -> tuple[sa.Table, sa.Table, sa.Table]:
+    """The long-term memory tables. Namespaces and paths are keyed by their SHA-256 so any
+    text is an exact, bounded key whatever the collation."""
+    big_id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+    namespaces = sa.Table(
+        f"{prefix}memory_namespaces",
+        metadata,
+        sa.Column("namespace_key", sa.String(64), primary_key=True),
+        sa.Column("namespace", sa.String(1024), nullable=False),
+        sa.Column("revision", sa.BigInteger(), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    )
+    files = sa.Table(
+        f"{prefix}memory_files",
+        metadata,
+        sa.Column("namespace_key", sa.String(64), primary_key=True),
+        sa.Column("path_key", sa.String(64), primary_key=True),
+        sa.Column("path", sa.String(1024), nullable=False),
+        sa.Column("revision", sa.BigInteger(), nullable=False),
+        sa.Column("size", sa.Integer(), nullable=False),
+        sa.Column("content", _LONG_TEXT, nullable=False),
+    )
+    versions = sa.Table(
+        f"{prefix}memory_versions",
+        metadata,
+        sa.Column("id", big_id, primary_key=True, autoincrement=True),
+        sa.Column("namespace_key", sa.String(64), nullable=False),
+        sa.Column("path_key", sa.String(64), nullable=False),
+        sa.Column("path", sa.String(1024), nullable=False),
+        sa.Column("revision", sa.BigInteger(), nullable=False),
+        sa.Column("content", _LONG_TEXT, nullable=True),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Index(f"{prefix}memory_versions_path_idx", "namespace_key", "path_key", "revision"),
+    )
+    return namespaces, files, versions
+
+
+def _add_memory_tables(change: SchemaChange) -> None:
+    tables = change.tables
+    for table in (tables.memory_namespaces, tables.memory_files, tables.memory_versions):
+        table.create(change.connection, checkfirst=True)
 
 
 @dataclass(frozen=True)
@@ -148,7 +203,7 @@ class SchemaChange:
 SQL_SCHEMA: StoredFormat[SchemaChange] = StoredFormat(
     "SQL schema",
     current=int(SCHEMA_VERSION),
-    migrations=(),
+    migrations=(Migration(1, "add the long-term memory tables", _add_memory_tables),),
     remedy="upgrade chat-memory, or use another table_prefix",
 )
 
@@ -158,7 +213,7 @@ def ensure_schema(connection: sa.Connection, tables: Tables) -> None:
     them up to the current schema version with :data:`SQL_SCHEMA`'s migrations. Runs inside
     the caller's (write) transaction, which holds the schema lock."""
     inspector = sa.inspect(connection)
-    names = {tables.meta.name, tables.conversations.name, tables.events.name}
+    names = {tables.meta.name, *(table.name for table in tables.checked)}
     present = {name for name in names if inspector.has_table(name)}
     if not present:
         tables.metadata.create_all(connection, checkfirst=True)
@@ -181,7 +236,7 @@ def ensure_schema(connection: sa.Connection, tables: Tables) -> None:
     if steps:
         inspector = sa.inspect(connection)  # the inspector caches what it read before the migrations
         present = {name for name in names if inspector.has_table(name)}
-    for table in (tables.conversations, tables.events):
+    for table in tables.checked:
         if table.name not in present:
             raise SchemaError(f"table {table.name} is missing although {tables.meta.name} records schema version {found}")
         columns = {column["name"] for column in inspector.get_columns(table.name)}
