@@ -86,6 +86,8 @@ class MemoryTool:
     """
 
     name = TOOL_NAME
+    #: the Messages API beta the ``memory_20250818`` tool type is served under
+    beta = "context-management-2025-06-27"
     description = TOOL_DESCRIPTION
     input_schema = TOOL_INPUT_SCHEMA
 
