@@ -82,13 +82,16 @@ def test_an_older_schema_is_migrated_in_place(sql_url, monkeypatch):
     with SQLStore.from_url(sql_url) as refused, pytest.raises(SchemaError, match="no migration from version 0 to 1"):
         refused.load("c")
     step = Migration(0, "add events.tokens", _add_tokens)
-    monkeypatch.setattr(schema, "SQL_SCHEMA", dataclasses.replace(schema.SQL_SCHEMA, migrations=(step,)))
+    monkeypatch.setattr(
+        schema, "SQL_SCHEMA", dataclasses.replace(schema.SQL_SCHEMA, migrations=(step, *schema.SQL_SCHEMA.migrations))
+    )
     with SQLStore.from_url(sql_url) as store:
         assert [e.content for e in store.history("c")] == ["written by version 0", "ok"]
         assert store.append("c", [Event.user("after", tokens=1)]).last_seq == 3
         recorded = _meta(store)
         assert recorded["schema_version"] == SCHEMA_VERSION
         assert recorded["migrated_to_1"].endswith(" add events.tokens")
+        assert recorded["migrated_to_2"].endswith(" add the long-term memory tables")
         columns = {c["name"] for c in sa.inspect(store.engine).get_columns(store.tables.events.name)}
         assert "tokens" in columns
     with SQLStore.from_url(sql_url) as again:  # upgraded once: nothing left to run
@@ -106,7 +109,9 @@ def test_a_failing_migration_leaves_the_tables_at_their_old_version(sql_url, mon
         raise RuntimeError("migration bug")
 
     step = Migration(0, "add events.tokens", half_done)
-    monkeypatch.setattr(schema, "SQL_SCHEMA", dataclasses.replace(schema.SQL_SCHEMA, migrations=(step,)))
+    monkeypatch.setattr(
+        schema, "SQL_SCHEMA", dataclasses.replace(schema.SQL_SCHEMA, migrations=(step, *schema.SQL_SCHEMA.migrations))
+    )
     with SQLStore.from_url(sql_url) as store, pytest.raises(StorageError, match="migration bug"):
         store.load("c")
     with SQLStore.from_url(sql_url) as store:
@@ -120,11 +125,11 @@ def test_a_newer_schema_names_both_versions(sqlite_url):
         store.append("c", [Event.user("hi")])
         meta = store.tables.meta
         with store.engine.begin() as connection:
-            connection.execute(meta.update().where(meta.c.name == "schema_version").values(value="2"))
-    with SQLStore.from_url(sqlite_url) as newer, pytest.raises(SchemaError, match=r"version 2, newer than version 1"):
+            connection.execute(meta.update().where(meta.c.name == "schema_version").values(value="3"))
+    with SQLStore.from_url(sqlite_url) as newer, pytest.raises(SchemaError, match=r"version 3, newer than version 2"):
         newer.append("c", [Event.user("would be lost")])
     with SQLStore.from_url(sqlite_url) as store:
-        assert _meta(store)["schema_version"] == "2"
+        assert _meta(store)["schema_version"] == "3"
 
 
 def test_foreign_tables_with_our_names_are_refused(sqlite_url):
