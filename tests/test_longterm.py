@@ -169,3 +169,26 @@ def test_a_version_1_database_gains_the_memory_tables_in_place(sqlite_url):
         with store.engine.begin() as connection:
             recorded = dict(connection.execute(sa.select(store.tables.meta.c.name, store.tables.meta.c.value)).all())
         assert recorded["schema_version"] == "2" and "long-term memory" in recorded["migrated_to_2"]
+
+
+def test_the_remembering_template_carries_a_preference_into_the_next_conversation(store):
+    from chat_memory.host.nodes import default_registry
+    from chat_memory.host.runtime import ChatWorkflow
+    from chat_memory.host.workflow import load_template
+
+    workflow = load_template("remembering-chat")
+    tool_node = workflow.node("agent_1").element("tools")
+    assert tool_node.type == "autoMemoryTool/v1" and tool_node.parameters["namespace"] == "${chat_1.userId}"
+    assert "userId" in default_registry().get("newChatRequest/v1").outputs
+    with ChatWorkflow(workflow, client=scripted_client(), store=store) as chat:
+        chat.send("monday", "Hello!", user_id="ada")
+        chat.send("monday", "I prefer replies in French.", user_id="ada")
+        chat.send("tuesday", "Hi.", user_id="ada")
+        run = chat.send("tuesday", "What are my preferences?", user_id="ada")
+        assert "replies in French" in run.reply
+        other = chat.send("wednesday", "What are my preferences?", user_id="grace")  # another user's namespace
+        assert "French" not in other.reply
+        blank = pytest.raises(Exception, match="Namespace")
+        with blank:
+            chat.send("thursday", "Hi", user_id=None)
+    long_term_memory(store, "ada").clear()
