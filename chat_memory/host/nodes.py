@@ -8,7 +8,7 @@ from typing import Any
 
 from ..components import ClusterSlot, FieldSpec, NodeDefinition, NodeRegistry, memory_definitions
 from ..components.definitions import ACTION, AGENT, MEMORY, MODEL, TRIGGER
-from ..components.memory_tool import TOOL, auto_memory_tool_node
+from ..components import TOOL, auto_memory_tool_node
 
 
 def _field(name: str, schema: dict[str, Any], label: str, description: str, order: int, **hints: Any) -> FieldSpec:

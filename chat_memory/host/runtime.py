@@ -10,7 +10,7 @@ from .. import AnthropicSummarizer, ChatMemory, ConfigurationError, InvalidInput
 from ..backends import check_conversation_id, open_store
 from ..components import MemoryNodeSettings, memory_settings
 from ..components.definitions import ACTION, AGENT, TRIGGER
-from ..components.memory_tool import SAME_AS_CHAT_MEMORY, memory_tool_store_target
+from ..components import SAME_AS_CHAT_MEMORY, memory_tool_store_target
 from ..longterm import MemoryLimits, MemoryTool, long_term_memory
 from .agent import Agent, TurnResult
 from .expressions import resolve
