@@ -6,8 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..longterm import ROOT, long_term_memory
-from ..longterm.files import format_size
+from ..longterm import ROOT, format_size, long_term_memory
 from .cli_session import CommandError, Session
 
 

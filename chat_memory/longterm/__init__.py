@@ -8,7 +8,7 @@ conversations on any chat-memory store, and the ``memory`` tool (Anthropic's
 
 from __future__ import annotations
 
-from .files import FileEntry, FileVersion, MemoryFiles, MemoryLimits
+from .files import FileEntry, FileVersion, MemoryFiles, MemoryLimits, format_size
 from .paths import ROOT, MemoryLimitError, MemoryPathError, MemoryToolError, check_path
 from .stores import long_term_memory
 from .tool import MEMORY_SYSTEM_PROMPT, MemoryTool
@@ -25,5 +25,6 @@ __all__ = [
     "MemoryTool",
     "MemoryToolError",
     "check_path",
+    "format_size",
     "long_term_memory",
 ]
