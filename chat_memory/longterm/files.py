@@ -22,10 +22,9 @@ from typing import Any, TypeVar
 from ..backends.base import Backoff, wrap_driver_errors
 from ..errors import ConcurrencyError, ConfigurationError
 from .paths import ROOT, MemoryLimitError, MemoryToolError, check_path, check_text, is_within
+from .views import directory_view, file_view, numbered
 
 T = TypeVar("T")
-MAX_LINES = 999_999
-LINE_NUMBER_WIDTH = len(str(MAX_LINES))
 
 
 @dataclass(frozen=True)
@@ -88,20 +87,6 @@ def check_namespace(namespace: Any) -> str:
 
 def size_of(content: str) -> int:
     return len(content.encode("utf-8"))
-
-
-def format_size(size: int) -> str:
-    """Sizes as the memory tool shows them: 0B, 512B, 1.5K, 2M."""
-    if size == 0:
-        return "0B"
-    units = ["B", "K", "M", "G"]
-    i = min((size.bit_length() - 1) // 10, len(units) - 1)
-    value = size / 1024**i
-    return f"{int(value)}{units[i]}" if value == int(value) else f"{value:.1f}{units[i]}"
-
-
-def numbered(lines: list[str], start: int) -> str:
-    return "\n".join(f"{str(n).rjust(LINE_NUMBER_WIDTH)}\t{line}" for n, line in enumerate(lines, start=start))
 
 
 class MemoryFiles(ABC):
@@ -167,48 +152,12 @@ class MemoryFiles(ABC):
         if path in listing:
             found = self._read(path)
             if found is not None:
-                return self._view_file(path, found.content, view_range)
+                return file_view(path, found.content, view_range)
             listing = self._listing()
         under = [e for e in listing.values() if is_within(e.path, path) and e.path != path]
         if not under and path != ROOT:
             raise MemoryToolError(f"The path {path} does not exist. Please provide a valid path.")
-        return self._view_directory(path, under)
-
-    def _view_file(self, path: str, content: str, view_range: Any) -> str:
-        lines = content.split("\n")
-        if len(lines) > MAX_LINES:
-            raise MemoryToolError(f"File {path} exceeds maximum line limit of 999,999 lines.")
-        start = 1
-        if view_range is not None:
-            if (
-                not isinstance(view_range, (list, tuple))
-                or len(view_range) != 2
-                or not all(isinstance(n, int) and not isinstance(n, bool) for n in view_range)
-            ):
-                raise MemoryToolError(f"Invalid `view_range` parameter: {view_range!r}. It should be a list of two integers.")
-            first, last = view_range
-            if first < 1 or first > max(len(lines), 1) or (last != -1 and last < first):
-                raise MemoryToolError(
-                    f"Invalid `view_range` parameter: {list(view_range)}. Its first element should be within the range "
-                    f"[1, {len(lines)}] and its second -1 or at least the first."
-                )
-            start = first
-            lines = lines[first - 1 :] if last == -1 else lines[first - 1 : last]
-        return f"Here's the content of {path} with line numbers:\n" + numbered(lines, start)
-
-    def _view_directory(self, path: str, under: list[FileEntry]) -> str:
-        rows: dict[str, int] = {}
-        for entry in under:
-            parts = entry.path[len(path) + 1 :].split("/")
-            for depth in range(1, min(len(parts), 2) + 1):
-                name = "/".join(parts[:depth]) + ("/" if depth < len(parts) else "")
-                rows[name] = rows.get(name, 0) + entry.size
-        total = sum(e.size for e in under)
-        lines = [f"{format_size(total)}\t{path}"]
-        lines += [f"{format_size(size)}\t{path}/{name}" for name, size in sorted(rows.items())]
-        return (
-            f"Here're the files and directories up to 2 levels deep in {path}, excluding hidden items:\n" + "\n".join(lines)
-        )
+        return directory_view(path, under)
 
     def versions(self, path: str) -> list[FileVersion]:
         """Every kept version of a file (deletions included), oldest first."""
