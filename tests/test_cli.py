@@ -176,7 +176,7 @@ def test_a_failing_store_exits_1(tmp_path, capsys):
 def test_help_everywhere(capsys):
     commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     assert set(commands) == {
-        *("demo", "chat", "list", "window", "history", "search", "compact", "stats", "clear", "nodes", "templates")
+        *("demo", "chat", "list", "window", "history", "search", "compact", "stats", "clear", "nodes", "templates", "memory")
     }
     for argv in [["--help"], *([name, "--help"] for name in commands)]:
         with pytest.raises(SystemExit) as exit_info:

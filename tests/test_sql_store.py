@@ -58,9 +58,12 @@ def test_schema_version_is_recorded_and_a_mismatch_is_refused(sql_url):
 
 
 def _pretend_version_1(store: SQLStore) -> None:
-    """Turn the tables into schema version 1, as chat-memory 0.1 wrote them: no compactions table."""
+    """Turn the tables into schema version 1, as chat-memory 0.1 wrote them: no compactions
+    table, no long-term memory tables."""
     with store.engine.begin() as connection:
-        store.tables.compactions.drop(connection)
+        tables = store.tables
+        for table in (tables.compactions, tables.memory_versions, tables.memory_files, tables.memory_namespaces):
+            table.drop(connection)
         meta = store.tables.meta
         connection.execute(meta.update().where(meta.c.name == "schema_version").values(value="1"))
 
@@ -75,7 +78,7 @@ def _pretend_version_0(store: SQLStore) -> None:
         connection.execute(meta.update().where(meta.c.name == "schema_version").values(value="0"))
 
 
-def test_a_version_1_database_gets_the_compactions_table_in_place(sql_url):
+def test_a_version_1_database_gets_the_new_tables_in_place(sql_url):
     with SQLStore.from_url(sql_url) as old:
         old.append("c", [Event.user("written by 0.1", tokens=4)])
         _pretend_version_1(old)
@@ -84,8 +87,9 @@ def test_a_version_1_database_gets_the_compactions_table_in_place(sql_url):
         assert store.compactions("c") == []
         recorded = _meta(store)
         assert recorded["schema_version"] == SCHEMA_VERSION == "2"
-        assert recorded["migrated_to_2"].endswith(" add the compactions table (compaction records)")
-        assert sa.inspect(store.engine).has_table(store.tables.compactions.name)
+        assert recorded["migrated_to_2"].endswith(" add the compactions and long-term memory tables")
+        for table in (store.tables.compactions, store.tables.memory_namespaces, store.tables.memory_files):
+            assert sa.inspect(store.engine).has_table(table.name)
 
 
 def _add_tokens(change: schema.SchemaChange) -> None:
@@ -104,13 +108,16 @@ def test_an_older_schema_is_migrated_in_place(sql_url, monkeypatch):
     with SQLStore.from_url(sql_url) as refused, pytest.raises(SchemaError, match="no migration from version 0 to 1"):
         refused.load("c")
     step = Migration(0, "add events.tokens", _add_tokens)
-    monkeypatch.setattr(schema, "SQL_SCHEMA", dataclasses.replace(schema.SQL_SCHEMA, migrations=(step, *schema.SQL_SCHEMA.migrations)))
+    monkeypatch.setattr(
+        schema, "SQL_SCHEMA", dataclasses.replace(schema.SQL_SCHEMA, migrations=(step, *schema.SQL_SCHEMA.migrations))
+    )
     with SQLStore.from_url(sql_url) as store:
         assert [e.content for e in store.history("c")] == ["written by version 0", "ok"]
         assert store.append("c", [Event.user("after", tokens=1)]).last_seq == 3
         recorded = _meta(store)
         assert recorded["schema_version"] == SCHEMA_VERSION
         assert recorded["migrated_to_1"].endswith(" add events.tokens")
+        assert recorded["migrated_to_2"].endswith(" add the long-term memory tables")
         columns = {c["name"] for c in sa.inspect(store.engine).get_columns(store.tables.events.name)}
         assert "tokens" in columns
     with SQLStore.from_url(sql_url) as again:  # upgraded once: nothing left to run
@@ -128,7 +135,9 @@ def test_a_failing_migration_leaves_the_tables_at_their_old_version(sql_url, mon
         raise RuntimeError("migration bug")
 
     step = Migration(0, "add events.tokens", half_done)
-    monkeypatch.setattr(schema, "SQL_SCHEMA", dataclasses.replace(schema.SQL_SCHEMA, migrations=(step, *schema.SQL_SCHEMA.migrations)))
+    monkeypatch.setattr(
+        schema, "SQL_SCHEMA", dataclasses.replace(schema.SQL_SCHEMA, migrations=(step, *schema.SQL_SCHEMA.migrations))
+    )
     with SQLStore.from_url(sql_url) as store, pytest.raises(StorageError, match="migration bug"):
         store.load("c")
     with SQLStore.from_url(sql_url) as store:

@@ -127,8 +127,8 @@ BAD_WORKFLOWS = {
         r"node name \('reply 1'\) must be letters, digits and _",
     ),
     "unknown sub-node slot": (
-        lambda d: d["nodes"][1]["clusterElements"].update(tools=_memory(d)["clusterElements"]["summarizerModel"]),
-        r"node 'agent_1' \(aiAgent/v1\) has no sub-node slot 'tools'",
+        lambda d: d["nodes"][1]["clusterElements"].update(gadgets=_memory(d)["clusterElements"]["summarizerModel"]),
+        r"node 'agent_1' \(aiAgent/v1\) has no sub-node slot 'gadgets'",
     ),
     "sub-node of the wrong kind": (
         lambda d: d["nodes"][1]["clusterElements"].update(model=copy.deepcopy(_memory(d)) | {"name": "mem_2"}),

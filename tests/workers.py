@@ -15,3 +15,21 @@ def append_turns(url: str, conversation_id: str, writer: int, turns: int, strate
         return turns
     finally:
         store.close()
+
+
+def edit_memory_file(url: str, namespace: str, writer: int, edits: int) -> int:
+    """Insert ``edits`` lines of its own into one shared memory file through the memory tool,
+    each a read-modify-write that another writer may race; returns how many succeeded."""
+    from chat_memory.longterm import MemoryTool, long_term_memory
+
+    store = open_store(url)
+    try:
+        tool = MemoryTool(long_term_memory(store, namespace))
+        done = 0
+        for i in range(edits):
+            out = tool.run({"command": "insert", "path": "/memories/shared.md", "insert_line": 1, "insert_text": f"w{writer}-e{i}"})
+            assert not out.is_error, out.text
+            done += 1
+        return done
+    finally:
+        store.close()

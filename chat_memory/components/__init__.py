@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .definitions import ClusterSlot, NodeDefinition, memory_definitions, memory_node
 from .fields import FieldSpec
+from .memory_tool import SAME_AS_CHAT_MEMORY, TOOL, auto_memory_tool_node, memory_tool_store_target
 from .registry import NodeRegistry, parse_type
 from .settings import MemoryNodeSettings, memory_settings
 
@@ -15,13 +16,17 @@ MEMORY_NODE_NAMES = tuple(d.name for d in memory_definitions() if d.version == 2
 
 __all__ = [
     "MEMORY_NODE_NAMES",
+    "SAME_AS_CHAT_MEMORY",
+    "TOOL",
     "ClusterSlot",
     "FieldSpec",
     "MemoryNodeSettings",
     "NodeDefinition",
     "NodeRegistry",
+    "auto_memory_tool_node",
     "memory_definitions",
     "memory_node",
     "memory_settings",
+    "memory_tool_store_target",
     "parse_type",
 ]

@@ -14,7 +14,11 @@ from typing import Any
 from .. import ChatMemory, ChatMemoryError, Event, with_overflow_retry
 from ..tools import ConversationSearchTool, FetchToolResultTool, ToolOutput
 
-Tool = ConversationSearchTool | FetchToolResultTool
+Tool = Any
+"""A tool the agent can hand the model: ``name``, ``definition()`` (the Anthropic shape),
+``run(input) -> ToolOutput``; an optional ``beta`` names the API beta it needs. The
+built-in ones: :class:`ConversationSearchTool`, :class:`FetchToolResultTool`,
+:class:`chat_memory.longterm.MemoryTool`."""
 
 #: Model calls in one turn that may use tools; one more call (tools disabled) must answer.
 DEFAULT_MAX_TOOL_ROUNDS = 8
@@ -55,6 +59,7 @@ class Agent:
         system_prompt: str = "",
         max_tokens: int = 1024,
         max_tool_rounds: int = DEFAULT_MAX_TOOL_ROUNDS,
+        tools: list[Tool] | None = None,
     ) -> None:
         self.client = client
         self.memory = memory
@@ -62,15 +67,18 @@ class Agent:
         self.system_prompt = system_prompt
         self.max_tokens = max_tokens
         self.max_tool_rounds = max_tool_rounds
+        #: tools beyond the memory's own (e.g. a long-term ``MemoryTool``), in every conversation
+        self.extra_tools: list[Tool] = list(tools or [])
 
     def tools(self, conversation_id: str) -> dict[str, Tool]:
         """The tools the model gets in this conversation, by name: ``conversation_search``
-        when enabled, ``fetch_tool_result`` when tool results are compressed."""
+        when enabled, ``fetch_tool_result`` when tool results are compressed, then the extra tools."""
         tools: list[Tool] = []
         if self.memory.config.enable_conversation_search_tool:
             tools.append(self.memory.search_tool(conversation_id))
         if self.memory.config.compress_tool_results:
             tools.append(self.memory.fetch_tool(conversation_id))
+        tools += self.extra_tools
         return {tool.name: tool for tool in tools}
 
     def run_turn(self, conversation_id: str, message: str) -> TurnResult:
@@ -112,7 +120,7 @@ class Agent:
         return with_overflow_retry(
             self.memory,
             conversation_id,
-            lambda: self.client.messages.create(**self._request(conversation_id, tools, last_round)),
+            lambda: self._send(self._request(conversation_id, tools, last_round), tools),
         )
 
     def _request(self, conversation_id: str, tools: dict[str, Tool], last_round: bool) -> dict[str, Any]:
@@ -127,6 +135,12 @@ class Agent:
             if last_round:
                 request["tool_choice"] = {"type": "none"}
         return request
+
+    def _send(self, request: dict[str, Any], tools: dict[str, Tool]) -> Any:
+        betas = sorted({beta for tool in tools.values() if (beta := getattr(tool, "beta", None))})
+        if betas:  # e.g. the memory tool: sent through the SDK's beta namespace with its header
+            return self.client.beta.messages.create(**request, betas=betas)
+        return self.client.messages.create(**request)
 
     @staticmethod
     def _run_tool(tools: dict[str, Tool], use: Any) -> ToolOutput:

@@ -28,6 +28,7 @@ from ..testing.scripted_model import API_KEY as SCRIPTED_API_KEY
 from ..testing.scripted_model import LABEL as SCRIPTED_LABEL
 from ..tools import format_page, tool_page
 from . import cli_json
+from .cli_memory import add_memory_command, run_memory_command
 from .cli_session import DEFAULT_CONVERSATION, DEFAULT_TEMPLATE, LIMIT_FLAGS, CommandError, Session, chosen_config
 from .demo import run_demo
 from .nodes import default_registry
@@ -93,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     templates = command("templates", "list the templates, or print one with: templates show NAME")
     templates.add_argument("action", nargs="?", choices=["list", "show"], default="list")
     templates.add_argument("name", nargs="?", help="template name (for show)")
+    add_memory_command(commands, common)
     return parser
 
 
@@ -347,6 +349,7 @@ _HANDLERS = {
     "clear": _clear,
     "nodes": _nodes,
     "templates": _templates,
+    "memory": run_memory_command,
 }
 
 

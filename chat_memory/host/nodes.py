@@ -8,6 +8,7 @@ from typing import Any
 
 from ..components import ClusterSlot, FieldSpec, NodeDefinition, NodeRegistry, memory_definitions
 from ..components.definitions import ACTION, AGENT, MEMORY, MODEL, TRIGGER
+from ..components import TOOL, auto_memory_tool_node
 
 
 def _field(name: str, schema: dict[str, Any], label: str, description: str, order: int, **hints: Any) -> FieldSpec:
@@ -20,7 +21,7 @@ NEW_CHAT_REQUEST = NodeDefinition(
     "New Chat Request",
     "Starts a run for every chat message.",
     TRIGGER,
-    outputs=("conversationId", "message"),
+    outputs=("conversationId", "message", "userId"),
 )
 AI_AGENT = NodeDefinition(
     "aiAgent",
@@ -59,6 +60,7 @@ AI_AGENT = NodeDefinition(
     cluster_elements=(
         ClusterSlot("model", "Chat model", (MODEL,), required=True),
         ClusterSlot("memory", "Memory", (MEMORY,)),
+        ClusterSlot("tools", "Tools", (TOOL,)),
     ),
 )
 ANTHROPIC_CHAT_MODEL = NodeDefinition(
@@ -101,7 +103,7 @@ REPLY = NodeDefinition(
 
 def host_definitions() -> list[NodeDefinition]:
     """The nodes of the chat template besides Chat Memory."""
-    return [NEW_CHAT_REQUEST, AI_AGENT, ANTHROPIC_CHAT_MODEL, REPLY]
+    return [NEW_CHAT_REQUEST, AI_AGENT, ANTHROPIC_CHAT_MODEL, REPLY, auto_memory_tool_node()]
 
 
 @functools.lru_cache(maxsize=1)

@@ -7,9 +7,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .. import AnthropicSummarizer, ChatMemory, ConfigurationError, InvalidInputError, Store
-from ..backends import check_conversation_id
+from ..backends import check_conversation_id, open_store
 from ..components import MemoryNodeSettings, memory_settings
 from ..components.definitions import ACTION, AGENT, TRIGGER
+from ..components import SAME_AS_CHAT_MEMORY, memory_tool_store_target
+from ..longterm import MemoryLimits, MemoryTool, long_term_memory
 from .agent import Agent, TurnResult
 from .expressions import resolve
 from .workflow import Workflow, WorkflowError, WorkflowNode, model_name
@@ -66,11 +68,12 @@ class ChatWorkflow:
             self._client = anthropic_client()
         return self._client
 
-    def send(self, conversation_id: str, message: str) -> ChatRun:
-        """Run the workflow for one chat message and return the reply."""
+    def send(self, conversation_id: str, message: str, user_id: str | None = None) -> ChatRun:
+        """Run the workflow for one chat message and return the reply. ``user_id`` is the
+        trigger's ``userId`` output (what an Auto Memory Tool's namespace usually names)."""
         check_conversation_id(conversation_id)
         outputs: dict[str, dict[str, Any]] = {
-            self.trigger.name: {"conversationId": conversation_id, "message": message}
+            self.trigger.name: {"conversationId": conversation_id, "message": message, "userId": user_id or ""}
         }
         turn: TurnResult | None = None
         for node in self.workflow.order():
@@ -127,9 +130,36 @@ class ChatWorkflow:
             system_prompt=params.get("systemPrompt") or "",
             max_tokens=model["maxTokens"],
             max_tool_rounds=params["maxToolRounds"],
+            tools=self._tools(outputs, settings),
         )
         assert settings.conversation_id is not None
         return agent.run_turn(settings.conversation_id, str(params["userMessage"]))
+
+    def _tools(self, outputs: dict[str, dict[str, Any]], settings: MemoryNodeSettings) -> list[Any]:
+        """The agent's extra tools: the Auto Memory Tool in its tools slot, if any."""
+        node = self.agent_node.element("tools")
+        if node is None:
+            return []
+        params = _checked(node, _resolved(node, outputs))
+        namespace = params.get("namespace")
+        if not isinstance(namespace, str) or not namespace.strip():
+            raise WorkflowError(
+                f"node {node.name!r} ({node.type}): Namespace ({namespace!r}) is blank; "
+                "send a user id (the trigger's userId) or set a namespace"
+            )
+        try:
+            storage, url, options = memory_tool_store_target(params)
+            if storage == SAME_AS_CHAT_MEMORY:
+                store = self._store(settings)
+            else:
+                key = (f"memory-tool:{storage}:{url}", tuple(sorted(options.items())))
+                if key not in self._stores:
+                    self._stores[key] = open_store(url, **options)
+                store = self._stores[key]
+            limits = MemoryLimits(max_file_bytes=params["maxFileBytes"], max_files=params["maxFiles"])
+            return [MemoryTool(long_term_memory(store, namespace, limits=limits))]
+        except ConfigurationError as exc:
+            raise WorkflowError(f"node {node.name!r} ({node.type}): {exc}") from None
 
     def _settings(self, outputs: dict[str, dict[str, Any]]) -> MemoryNodeSettings:
         node = self.memory_node

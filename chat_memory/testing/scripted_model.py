@@ -4,7 +4,7 @@ It sits *behind* the real ``anthropic`` SDK as an HTTP transport
 (``httpx2.MockTransport``), so the agent, the tool loop and the SDK's request and response
 handling run exactly as with Claude; only the answers are canned. It acknowledges facts,
 calls ``conversation_search`` when asked about something said earlier, answers from the
-tool result, and writes plain summaries when used as the summarizer."""
+tool result, uses the ``memory`` tool (see :mod:`.scripted_memory`), and writes plain summaries when used as the summarizer."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ from typing import Any
 
 from ..errors import ConfigurationError
 from ..summarizer import SUMMARY_SYSTEM_PROMPT
+from .scripted_memory import memory_step, turn_pairs, turn_question
 
 LABEL = "scripted stand-in model (no ANTHROPIC_API_KEY set): canned replies, not Claude"
 API_KEY = "scripted-stand-in"
@@ -58,8 +59,16 @@ class ScriptedModel:
         """The content blocks and stop reason for one request."""
         if body.get("system") == SUMMARY_SYSTEM_PROMPT:
             return [_text(_summary(body))], "end_turn"
+        move = memory_step(body, turn_question(body), turn_pairs(body))
+        if isinstance(move, list):
+            return [_text("Let me check my memory."), *move], "tool_use"
+        if isinstance(move, str):
+            return [_text(move)], "end_turn"
         last = body["messages"][-1]
         blocks = last["content"] if isinstance(last["content"], list) else [{"type": "text", "text": last["content"]}]
+        memory_turn = turn_pairs(body)
+        if memory_turn and memory_turn[-1][1] in blocks:  # memory consulted, nothing more to do with it
+            return [_text(_acknowledge(turn_question(body)))], "end_turn"
         results = [b for b in blocks if b.get("type") == "tool_result"]
         if results:
             return [_text(_answer_from(results[-1], body))], "end_turn"

@@ -1,6 +1,6 @@
 """The SQL store's tables, created on first use and checked against the recorded schema version.
 
-Four tables, named with a configurable prefix (default ``chat_memory_``):
+Seven tables, named with a configurable prefix (default ``chat_memory_``):
 
 - ``<prefix>meta``: ``name``/``value`` pairs; ``schema_version`` says which layout the data uses,
   and ``migrated_to_<N>`` records when (and by which step) the tables were upgraded to N.
@@ -12,6 +12,9 @@ Four tables, named with a configurable prefix (default ``chat_memory_``):
   (conversation, archived, seq) makes reading the window a range scan that never visits the archive.
 - ``<prefix>compactions`` (since schema version 2): the records of a conversation's newest
   compactions (JSON), written in the compaction's own transaction.
+- since schema version 2 too, three for long-term memory (:mod:`chat_memory.longterm.sql`):
+  ``<prefix>memory_namespaces`` (one row per namespace: its revision, locked by every commit),
+  ``<prefix>memory_files`` (the current files) and ``<prefix>memory_versions`` (every change).
 """
 
 from __future__ import annotations
@@ -74,6 +77,21 @@ class Tables:
     conversations: sa.Table
     events: sa.Table
     compactions: sa.Table
+    memory_namespaces: sa.Table
+    memory_files: sa.Table
+    memory_versions: sa.Table
+
+    @property
+    def checked(self) -> tuple[sa.Table, ...]:
+        """The tables whose columns are checked against this schema version."""
+        return (
+            self.conversations,
+            self.events,
+            self.compactions,
+            self.memory_namespaces,
+            self.memory_files,
+            self.memory_versions,
+        )
 
 
 def check_table_prefix(prefix: object) -> str:
@@ -145,7 +163,51 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         sa.Column("record", _LONG_TEXT, nullable=False),
         sa.Index(f"{prefix}compactions_conversation_idx", "conversation_ref", "id"),
     )
-    return Tables(prefix, metadata, meta, conversations, events, compactions)
+    return Tables(prefix, metadata, meta, conversations, events, compactions, *_memory_tables(prefix, metadata))
+
+
+def _memory_tables(prefix: str, metadata: sa.MetaData) -> tuple[sa.Table, sa.Table, sa.Table]:
+    """The long-term memory tables. Namespaces and paths are keyed by their SHA-256 so any
+    text is an exact, bounded key whatever the collation."""
+    big_id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+    namespaces = sa.Table(
+        f"{prefix}memory_namespaces",
+        metadata,
+        sa.Column("namespace_key", sa.String(64), primary_key=True),
+        sa.Column("namespace", sa.String(1024), nullable=False),
+        sa.Column("revision", sa.BigInteger(), nullable=False),
+        sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+    )
+    files = sa.Table(
+        f"{prefix}memory_files",
+        metadata,
+        sa.Column("namespace_key", sa.String(64), primary_key=True),
+        sa.Column("path_key", sa.String(64), primary_key=True),
+        sa.Column("path", sa.String(1024), nullable=False),
+        sa.Column("revision", sa.BigInteger(), nullable=False),
+        sa.Column("size", sa.Integer(), nullable=False),
+        sa.Column("content", _LONG_TEXT, nullable=False),
+    )
+    versions = sa.Table(
+        f"{prefix}memory_versions",
+        metadata,
+        sa.Column("id", big_id, primary_key=True, autoincrement=True),
+        sa.Column("namespace_key", sa.String(64), nullable=False),
+        sa.Column("path_key", sa.String(64), nullable=False),
+        sa.Column("path", sa.String(1024), nullable=False),
+        sa.Column("revision", sa.BigInteger(), nullable=False),
+        sa.Column("content", _LONG_TEXT, nullable=True),
+        sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Index(f"{prefix}memory_versions_path_idx", "namespace_key", "path_key", "revision"),
+    )
+    return namespaces, files, versions
+
+
+def _add_tables_of_version_2(change: SchemaChange) -> None:
+    """Version 1 -> 2: the compaction records and the long-term memory tables."""
+    tables = change.tables
+    for table in (tables.compactions, tables.memory_namespaces, tables.memory_files, tables.memory_versions):
+        table.create(change.connection, checkfirst=True)
 
 
 @dataclass(frozen=True)
@@ -161,14 +223,12 @@ class SchemaChange:
 #: first touches the tables: all in the one write transaction that holds the schema lock,
 #: so a failed step leaves the tables at their old version (MySQL commits DDL implicitly:
 #: there a failed step can leave a partial change behind).
-def _add_compaction_records(change: SchemaChange) -> None:
-    change.tables.compactions.create(change.connection, checkfirst=True)
 
 
 SQL_SCHEMA: StoredFormat[SchemaChange] = StoredFormat(
     "SQL schema",
     current=int(SCHEMA_VERSION),
-    migrations=(Migration(1, "add the compactions table (compaction records)", _add_compaction_records),),
+    migrations=(Migration(1, "add the compactions and long-term memory tables", _add_tables_of_version_2),),
     remedy="upgrade chat-memory, or use another table_prefix",
 )
 
@@ -178,7 +238,7 @@ def ensure_schema(connection: sa.Connection, tables: Tables) -> None:
     them up to the current schema version with :data:`SQL_SCHEMA`'s migrations. Runs inside
     the caller's (write) transaction, which holds the schema lock."""
     inspector = sa.inspect(connection)
-    names = {tables.meta.name, tables.conversations.name, tables.events.name, tables.compactions.name}
+    names = {tables.meta.name, *(table.name for table in tables.checked)}
     present = {name for name in names if inspector.has_table(name)}
     if not present:
         tables.metadata.create_all(connection, checkfirst=True)
@@ -201,7 +261,7 @@ def ensure_schema(connection: sa.Connection, tables: Tables) -> None:
     if steps:
         inspector = sa.inspect(connection)  # the inspector caches what it read before the migrations
         present = {name for name in names if inspector.has_table(name)}
-    for table in (tables.conversations, tables.events, tables.compactions):
+    for table in tables.checked:
         if table.name not in present:
             raise SchemaError(f"table {table.name} is missing although {tables.meta.name} records schema version {found}")
         columns = {column["name"] for column in inspector.get_columns(table.name)}

@@ -1,0 +1,382 @@
+"""``MemoryFiles``: one namespace of small text files under ``/memories``, with the memory
+tool's commands, per-file compare-and-swap and a version for every change.
+
+A backend supplies five primitives (list, read, commit, versions, drop); every command is
+written once, here, as a read-modify-write that commits only if each file it read is
+still at the revision it read (compare-and-swap per file) and is retried with bounded,
+jittered backoff when another writer got there first. So two agents editing one file
+never lose an update: the loser re-reads and re-applies its edit (or is told why it no
+longer applies). Each commit gets the namespace's next revision; every file it writes or
+deletes is recorded as a :class:`FileVersion` at that revision.
+"""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+from ..backends.base import Backoff, wrap_driver_errors
+from ..errors import ConcurrencyError, ConfigurationError
+from .paths import ROOT, MemoryLimitError, MemoryToolError, check_path, check_text, is_within
+from .views import directory_view, file_view, numbered
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class MemoryLimits:
+    """Bounds of one namespace. A write past one is refused with :class:`MemoryLimitError`."""
+
+    max_file_bytes: int = 100_000
+    max_files: int = 200
+    max_namespace_bytes: int = 2_000_000
+    #: versions kept per namespace (the oldest are dropped first)
+    max_versions: int = 1_000
+
+    def __post_init__(self) -> None:
+        for name in ("max_file_bytes", "max_files", "max_namespace_bytes", "max_versions"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigurationError(f"MemoryLimits {name} ({value!r}) must be a whole number, 1 or more")
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """A stored file as listed: its path, size in bytes (UTF-8) and the revision that wrote it."""
+
+    path: str
+    size: int
+    revision: int
+
+
+@dataclass(frozen=True)
+class StoredFile:
+    """A stored file with its content."""
+
+    path: str
+    content: str
+    revision: int
+
+
+@dataclass(frozen=True)
+class FileVersion:
+    """One recorded change of a file: its content after the change (None: deleted)."""
+
+    path: str
+    revision: int
+    content: str | None
+    created_at: datetime
+
+
+def check_namespace(namespace: Any) -> str:
+    """A namespace is any non-empty text without NUL, at most 1024 characters."""
+    if not isinstance(namespace, str) or not namespace or "\x00" in namespace or len(namespace) > 1024:
+        raise ConfigurationError(
+            f"namespace ({str(namespace)[:60]!r}) must be non-empty text without NUL, at most 1024 characters"
+        )
+    try:
+        namespace.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ConfigurationError(f"namespace ({namespace!r}) is not valid Unicode text") from None
+    return namespace
+
+
+def size_of(content: str) -> int:
+    return len(content.encode("utf-8"))
+
+
+class MemoryFiles(ABC):
+    """One namespace of memory files on some store. Commands take and return what the memory
+    tool (``memory_20250818``) documents; refusals are :class:`MemoryToolError`."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # a driver exception escaping a primitive becomes a StorageError, once, here
+        for name in ("_listing", "_read", "_commit", "_versions", "_drop", "namespaces"):
+            method = cls.__dict__.get(name)
+            if method is not None:
+                setattr(cls, name, wrap_driver_errors(method))
+
+    def __init__(self, namespace: str, *, limits: MemoryLimits | None = None, retry: Backoff | None = None) -> None:
+        self.namespace = check_namespace(namespace)
+        self.limits = limits or MemoryLimits()
+        self.retry = retry or Backoff(attempts=60, base=0.003, cap=0.3)
+
+    # -- what a backend implements -------------------------------------------------------------
+
+    @abstractmethod
+    def _listing(self) -> dict[str, FileEntry]:
+        """Every file of the namespace by path."""
+
+    @abstractmethod
+    def _read(self, path: str) -> StoredFile | None:
+        """One file, or None."""
+
+    @abstractmethod
+    def _commit(self, expected: Mapping[str, int | None], writes: Mapping[str, str | None]) -> bool:
+        """Atomically: if every path in ``expected`` is at that revision (None: absent), apply
+        ``writes`` (None: delete) at the namespace's next revision, record a version of each,
+        drop versions beyond ``limits.max_versions``, and return True; else change nothing
+        and return False."""
+
+    @abstractmethod
+    def _versions(self, path: str) -> list[FileVersion]:
+        """The kept versions of ``path``, oldest first."""
+
+    @abstractmethod
+    def _drop(self) -> None:
+        """Delete the namespace: files and versions."""
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def files(self) -> list[FileEntry]:
+        """Every file, sorted by path."""
+        return sorted(self._listing().values(), key=lambda e: e.path)
+
+    def read(self, path: str) -> str:
+        """A file's content (raises when it does not exist)."""
+        path = check_path(path)
+        found = self._read(path)
+        if found is None:
+            raise MemoryToolError(f"The path {path} does not exist. Please provide a valid path.")
+        return found.content
+
+    def view(self, path: str = ROOT, view_range: Any = None) -> str:
+        """A directory listing (two levels deep, with sizes) or a file with line numbers."""
+        path = check_path(path)
+        listing = self._listing()
+        if path in listing:
+            found = self._read(path)
+            if found is not None:
+                return file_view(path, found.content, view_range)
+            listing = self._listing()
+        under = [e for e in listing.values() if is_within(e.path, path) and e.path != path]
+        if not under and path != ROOT:
+            raise MemoryToolError(f"The path {path} does not exist. Please provide a valid path.")
+        return directory_view(path, under)
+
+    def versions(self, path: str) -> list[FileVersion]:
+        """Every kept version of a file (deletions included), oldest first."""
+        return self._versions(check_path(path))
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def create(self, path: str, file_text: str) -> str:
+        """Create a new file (an existing one is not overwritten)."""
+        path = check_path(path)
+        file_text = check_text(file_text, "file_text")
+
+        def attempt(listing: dict[str, FileEntry]) -> tuple[dict[str, int | None], dict[str, str | None]]:
+            if path == ROOT:
+                raise MemoryToolError(f"Cannot create a file at {ROOT}: it is the memory directory.")
+            if path in listing:
+                raise MemoryToolError(f"File {path} already exists")
+            self._check_placement(path, listing)
+            return {path: None}, {path: file_text}
+
+        self._transact(attempt, f"creating {path}")
+        return f"File created successfully at: {path}"
+
+    def str_replace(self, path: str, old_str: str, new_str: str) -> str:
+        """Replace the one occurrence of ``old_str`` in a file with ``new_str``."""
+        path = check_path(path)
+        old_str, new_str = check_text(old_str, "old_str"), check_text(new_str, "new_str")
+        if old_str == "":
+            raise MemoryToolError("Invalid `old_str` parameter: it must not be empty.")
+        result: dict[str, str] = {}
+
+        def edit(content: str) -> str:
+            count = content.count(old_str)
+            if count == 0:
+                raise MemoryToolError(
+                    f"No replacement was performed, old_str `{old_str}` did not appear verbatim in {path}."
+                )
+            if count > 1:
+                lines, start = [], 0
+                while (at := content.find(old_str, start)) != -1:
+                    lines.append(content[:at].count("\n") + 1)
+                    start = at + 1
+                raise MemoryToolError(
+                    f"No replacement was performed. Multiple occurrences of old_str `{old_str}` in lines: "
+                    f"{', '.join(map(str, lines))}. Please ensure it is unique"
+                )
+            changed = content[: content.find(old_str)].count("\n")
+            new_content = content.replace(old_str, new_str)
+            new_lines = new_content.split("\n")
+            first = max(0, changed - 2)
+            result["snippet"] = numbered(new_lines[first : min(len(new_lines), changed + 3)], first + 1)
+            return new_content
+
+        self._edit(path, edit)
+        return "The memory file has been edited. Here is the snippet showing the change (with line numbers):\n" + result["snippet"]
+
+    def insert(self, path: str, insert_line: Any, insert_text: str) -> str:
+        """Insert ``insert_text`` after line ``insert_line`` (0: at the top)."""
+        path = check_path(path)
+        insert_text = check_text(insert_text, "insert_text")
+        if isinstance(insert_line, bool) or not isinstance(insert_line, int):
+            raise MemoryToolError(f"Invalid `insert_line` parameter: {insert_line!r}. It should be an integer.")
+
+        def edit(content: str) -> str:
+            lines = content.split("\n")
+            if lines[-1] == "":
+                lines.pop()
+            if insert_line < 0 or insert_line > len(lines):
+                raise MemoryToolError(
+                    f"Invalid `insert_line` parameter: {insert_line}. It should be within the range [0, {len(lines)}]."
+                )
+            lines.insert(insert_line, insert_text.rstrip("\n"))
+            return "\n".join(lines) + "\n"
+
+        self._edit(path, edit)
+        return f"The file {path} has been edited."
+
+    def delete(self, path: str) -> str:
+        """Delete a file, or a directory and everything under it."""
+        path = check_path(path)
+        if path == ROOT:
+            raise MemoryToolError(f"Cannot delete the {ROOT} directory itself")
+
+        def attempt(listing: dict[str, FileEntry]) -> tuple[dict[str, int | None], dict[str, str | None]]:
+            doomed = [e for e in listing.values() if is_within(e.path, path)]
+            if not doomed:
+                raise MemoryToolError(f"The path {path} does not exist")
+            return {e.path: e.revision for e in doomed}, {e.path: None for e in doomed}
+
+        self._transact(attempt, f"deleting {path}")
+        return f"Successfully deleted {path}"
+
+    def rename(self, old_path: str, new_path: str) -> str:
+        """Rename or move a file or directory; the destination must not exist."""
+        old_path, new_path = check_path(old_path, field="old_path"), check_path(new_path, field="new_path")
+        if old_path == ROOT:
+            raise MemoryToolError(f"Cannot rename the {ROOT} directory itself")
+        if new_path == ROOT or is_within(new_path, old_path):
+            raise MemoryToolError(f"Cannot move {old_path} to {new_path}, inside itself.")
+
+        def attempt(listing: dict[str, FileEntry]) -> tuple[dict[str, int | None], dict[str, str | None]]:
+            moving = [e for e in listing.values() if is_within(e.path, old_path)]
+            if not moving:
+                raise MemoryToolError(f"The path {old_path} does not exist")
+            if any(is_within(e.path, new_path) for e in listing.values()):
+                raise MemoryToolError(f"The destination {new_path} already exists")
+            expected: dict[str, int | None] = {}
+            writes: dict[str, str | None] = {}
+            remaining = {p: e for p, e in listing.items() if not is_within(p, old_path)}
+            for entry in moving:
+                stored = self._read(entry.path)
+                if stored is None or stored.revision != entry.revision:
+                    raise _Stale()
+                target = new_path + entry.path[len(old_path) :]
+                self._check_placement(target, remaining)
+                expected[entry.path], expected[target] = entry.revision, None
+                writes[entry.path], writes[target] = None, stored.content
+            return expected, writes
+
+        self._transact(attempt, f"renaming {old_path}")
+        return f"Successfully renamed {old_path} to {new_path}"
+
+    def restore(self, path: str, revision: int) -> str:
+        """Make a kept version of a file its current content again (a new version)."""
+        path = check_path(path)
+        wanted = next((v for v in self._versions(path) if v.revision == revision), None)
+        if wanted is None:
+            raise MemoryToolError(f"No version {revision!r} of {path} is kept.")
+        if wanted.content is None:
+            raise MemoryToolError(f"Version {revision} of {path} is its deletion; restore an earlier version.")
+        content = wanted.content
+
+        def attempt(listing: dict[str, FileEntry]) -> tuple[dict[str, int | None], dict[str, str | None]]:
+            current = listing.get(path)
+            if current is None:
+                self._check_placement(path, listing)
+            return {path: current.revision if current else None}, {path: content}
+
+        self._transact(attempt, f"restoring {path}")
+        return f"Restored {path} to version {revision}."
+
+    def namespaces(self) -> list[str]:
+        """Every namespace of this store that holds files (for the command line)."""
+        raise NotImplementedError
+
+    def clear(self) -> None:
+        """Delete every file and version of this namespace."""
+        self._drop()
+
+    # -- the read-modify-write loop -------------------------------------------------------------
+
+    def _edit(self, path: str, edit: Callable[[str], str]) -> None:
+        def attempt(listing: dict[str, FileEntry]) -> tuple[dict[str, int | None], dict[str, str | None]]:
+            if path not in listing:
+                if any(is_within(p, path) for p in listing):
+                    raise MemoryToolError(f"The path {path} is not a file.")
+                raise MemoryToolError(f"The path {path} does not exist. Please provide a valid path.")
+            stored = self._read(path)
+            if stored is None:
+                raise _Stale()
+            return {path: stored.revision}, {path: edit(stored.content)}
+
+        self._transact(attempt, f"editing {path}")
+
+    def _transact(
+        self, attempt: Callable[[dict[str, FileEntry]], tuple[dict[str, int | None], dict[str, str | None]]], what: str
+    ) -> None:
+        for delay in self.retry.delays():
+            listing = self._listing()
+            try:
+                expected, writes = attempt(listing)
+            except _Stale:
+                expected = writes = None
+            if writes is not None and expected is not None:
+                self._check_limits(listing, writes)
+                if self._commit(expected, writes):
+                    return
+            time.sleep(delay)
+        raise ConcurrencyError(
+            f"{what} lost {self.retry.attempts} races with other writers of namespace {self.namespace!r}; "
+            "read the file again and retry."
+        )
+
+    def _check_placement(self, path: str, listing: Mapping[str, Any]) -> None:
+        """A file may not sit where a directory is, nor under another file."""
+        if any(is_within(p, path) and p != path for p in listing):
+            raise MemoryToolError(f"The path {path} is a directory.")
+        parent = path.rsplit("/", 1)[0]
+        while parent != ROOT:
+            if parent in listing:
+                raise MemoryToolError(f"The path {parent} is a file, not a directory.")
+            parent = parent.rsplit("/", 1)[0]
+
+    def _check_limits(self, listing: Mapping[str, FileEntry], writes: Mapping[str, str | None]) -> None:
+        limits = self.limits
+        sizes = {p: e.size for p, e in listing.items()}
+        for path, content in writes.items():
+            if content is None:
+                sizes.pop(path, None)
+                continue
+            size = size_of(content)
+            if size > limits.max_file_bytes:
+                raise MemoryLimitError(
+                    f"File {path} would be {size} bytes; a memory file may hold at most {limits.max_file_bytes} bytes. "
+                    "Keep notes short, or split them into several files."
+                )
+            sizes[path] = size
+        if len(sizes) > limits.max_files and len(sizes) > len(listing):
+            raise MemoryLimitError(
+                f"The memory directory holds {len(listing)} files, the most allowed is {limits.max_files}. "
+                "Delete or merge files first."
+            )
+        total = sum(sizes.values())
+        if total > limits.max_namespace_bytes and total > sum(e.size for e in listing.values()):
+            raise MemoryLimitError(
+                f"The memory directory would hold {total} bytes; at most {limits.max_namespace_bytes} are allowed. "
+                "Delete or shorten files first."
+            )
+
+
+class _Stale(Exception):
+    """A file changed between listing and reading it: start the attempt again."""

@@ -1,0 +1,134 @@
+"""Memory files in the S3 store's bucket: per namespace, one head object (the file index and
+the version log) swapped with conditional writes, and immutable content objects.
+
+Under the store's prefix: ``memory/<digest>/head.json`` and ``memory/<digest>/blobs/<id>``.
+A commit uploads the new contents as fresh objects (``If-None-Match: *``), then replaces
+the head with ``If-Match: <ETag>`` (``If-None-Match: *`` for a new namespace) only if every
+file it expects is still at the revision it read; a 412 means another writer won: the
+uploads are deleted and the command re-reads and retries. Contents no head refers to any
+more (versions dropped past the cap) are deleted after the swap."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from ..backends.s3.client import is_conflict, is_missing
+from .files import FileEntry, FileVersion, MemoryFiles, StoredFile
+
+
+class S3Files(MemoryFiles):
+    """One namespace in the bucket of an :class:`~chat_memory.backends.s3.S3Store`."""
+
+    def __init__(self, store: Any, namespace: str, **options: Any) -> None:
+        super().__init__(namespace, **options)
+        self.store = store
+        self.client, self.bucket = store.client, store.bucket
+        self._root = _root(store.layout.prefix, self.namespace)
+
+    def _head(self) -> tuple[dict[str, Any], str | None]:
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=f"{self._root}head.json")
+        except Exception as exc:
+            if is_missing(exc):
+                return {"namespace": self.namespace, "revision": 0, "files": {}, "log": []}, None
+            raise
+        return json.loads(response["Body"].read()), response["ETag"]
+
+    def _blob(self, key: str) -> str:
+        return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read().decode("utf-8")
+
+    def _listing(self) -> dict[str, FileEntry]:
+        head, _ = self._head()
+        return {path: FileEntry(path, size, rev) for path, (rev, size, _key) in head["files"].items()}
+
+    def _read(self, path: str) -> StoredFile | None:
+        head, _ = self._head()
+        found = head["files"].get(path)
+        if found is None:
+            return None
+        try:
+            return StoredFile(path, self._blob(found[2]), found[0])
+        except Exception as exc:
+            if is_missing(exc):  # replaced and collected meanwhile: the caller re-reads
+                return None
+            raise
+
+    def _commit(self, expected: Mapping[str, int | None], writes: Mapping[str, str | None]) -> bool:
+        head, etag = self._head()
+        files: dict[str, list[Any]] = head["files"]
+        if any((files[p][0] if p in files else None) != rev for p, rev in expected.items()):
+            return False
+        revision = head["revision"] + 1
+        now = datetime.now(timezone.utc).isoformat()
+        uploaded: list[str] = []
+        log = list(head["log"])
+        for path, content in writes.items():
+            if content is None:
+                files.pop(path, None)
+                log.append([path, revision, None, now])
+                continue
+            key = f"{self._root}blobs/{uuid.uuid4().hex}"
+            data = content.encode("utf-8")
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*")
+            uploaded.append(key)
+            files[path] = [revision, len(data), key]
+            log.append([path, revision, key, now])
+        kept, dropped = log[-self.limits.max_versions :], log[: -self.limits.max_versions]
+        new_head = {"namespace": self.namespace, "revision": revision, "files": files, "log": kept}
+        condition = {"IfMatch": etag} if etag is not None else {"IfNoneMatch": "*"}
+        try:
+            self.client.put_object(
+                Bucket=self.bucket, Key=f"{self._root}head.json", Body=json.dumps(new_head).encode("utf-8"),
+                ContentType="application/json", **condition,
+            )
+        except Exception as exc:
+            if is_conflict(exc) or (etag is not None and is_missing(exc)):
+                self._delete(uploaded)
+                return False
+            raise
+        live = {entry[2] for entry in kept if entry[2]} | {f[2] for f in files.values()}
+        self._delete([entry[2] for entry in dropped if entry[2] and entry[2] not in live])
+        return True
+
+    def _delete(self, keys: list[str]) -> None:
+        for key in keys:
+            try:
+                self.client.delete_object(Bucket=self.bucket, Key=key)
+            except Exception:  # best effort: an orphan costs storage, never correctness
+                pass
+
+    def _versions(self, path: str) -> list[FileVersion]:
+        head, _ = self._head()
+        versions = []
+        for logged_path, revision, key, at in head["log"]:
+            if logged_path == path:
+                content = None if key is None else self._blob(key)
+                versions.append(FileVersion(path, revision, content, datetime.fromisoformat(at)))
+        return versions
+
+    def _drop(self) -> None:
+        paginator = self.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=self._root):
+            self._delete([item["Key"] for item in page.get("Contents", [])])
+
+    def namespaces(self) -> list[str]:
+        """Every namespace holding files."""
+        prefix = f"{self.store.layout.prefix}memory/"
+        names = []
+        paginator = self.client.get_paginator("list_objects_v2")
+        for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+            for item in page.get("Contents", []):
+                if item["Key"].endswith("/head.json"):
+                    head = json.loads(self.client.get_object(Bucket=self.bucket, Key=item["Key"])["Body"].read())
+                    if head["files"]:
+                        names.append(head["namespace"])
+        return sorted(names)
+
+
+def _root(prefix: str, namespace: str) -> str:
+    return f"{prefix}memory/{hashlib.sha256(namespace.encode('utf-8')).hexdigest()}/"

@@ -1,0 +1,154 @@
+"""Memory files in the SQL store's database (the ``<prefix>memory_*`` tables, schema version 2).
+
+A commit is one write transaction that first locks the namespace's row (``SELECT … FOR
+UPDATE``; SQLite's ``BEGIN IMMEDIATE`` holds the database write lock already), then checks
+every expected file revision, writes, records versions and bumps the namespace revision.
+Conflicts the database reports (a concurrent first insert of the namespace row, busy
+SQLite) are retried by the store's own loop."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+import sqlalchemy as sa
+
+from ..backends.sql.store import SQLStore
+from .files import FileEntry, FileVersion, MemoryFiles, StoredFile, size_of
+
+
+def _key(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+class SQLFiles(MemoryFiles):
+    """One namespace in the tables of a :class:`~chat_memory.backends.sql.SQLStore`."""
+
+    def __init__(self, store: SQLStore, namespace: str, **options: Any) -> None:
+        super().__init__(namespace, **options)
+        self.store = store
+        self._ns_key = _key(self.namespace)
+        tables = store.tables
+        self._namespaces, self._files, self._log = tables.memory_namespaces, tables.memory_files, tables.memory_versions
+
+    def _run(self, operation: Any, what: str) -> Any:
+        self.store._ready()
+        return self.store._retrying(operation, what)
+
+    def _listing(self) -> dict[str, FileEntry]:
+        f = self._files
+        query = sa.select(f.c.path, f.c.size, f.c.revision).where(f.c.namespace_key == self._ns_key)
+
+        def read() -> dict[str, FileEntry]:
+            with self.store._tx.read() as connection:
+                return {row.path: FileEntry(row.path, row.size, row.revision) for row in connection.execute(query)}
+
+        return self._run(read, "listing memory files")
+
+    def _read(self, path: str) -> StoredFile | None:
+        f = self._files
+        query = sa.select(f.c.content, f.c.revision).where(f.c.namespace_key == self._ns_key, f.c.path_key == _key(path))
+
+        def read() -> StoredFile | None:
+            with self.store._tx.read() as connection:
+                row = connection.execute(query).first()
+            return StoredFile(path, row.content, row.revision) if row is not None else None
+
+        return self._run(read, "reading a memory file")
+
+    def _commit(self, expected: Mapping[str, int | None], writes: Mapping[str, str | None]) -> bool:
+        n, f, log = self._namespaces, self._files, self._log
+
+        def commit() -> bool:
+            now = datetime.now(timezone.utc)
+            with self.store._tx.write() as connection:
+                by_key = n.c.namespace_key == self._ns_key
+                revision = connection.execute(sa.select(n.c.revision).where(by_key).with_for_update()).scalar()
+                if revision is None:
+                    connection.execute(n.insert().values(namespace_key=self._ns_key, namespace=self.namespace, revision=0, updated_at=now))
+                    revision = 0
+                keys = {path: _key(path) for path in {*expected, *writes}}
+                current = dict(
+                    connection.execute(
+                        sa.select(f.c.path_key, f.c.revision).where(
+                            f.c.namespace_key == self._ns_key, f.c.path_key.in_(list(keys.values()))
+                        )
+                    ).all()
+                )
+                if any(current.get(keys[path]) != rev for path, rev in expected.items()):
+                    return False
+                revision += 1
+                for path, content in writes.items():
+                    where = sa.and_(f.c.namespace_key == self._ns_key, f.c.path_key == keys[path])
+                    if content is None:
+                        connection.execute(f.delete().where(where))
+                    elif keys[path] in current:
+                        connection.execute(f.update().where(where).values(content=content, size=size_of(content), revision=revision))
+                    else:
+                        connection.execute(
+                            f.insert().values(
+                                namespace_key=self._ns_key, path_key=keys[path], path=path,
+                                revision=revision, size=size_of(content), content=content,
+                            )
+                        )
+                    connection.execute(
+                        log.insert().values(
+                            namespace_key=self._ns_key, path_key=keys[path], path=path,
+                            revision=revision, content=content, created_at=now,
+                        )
+                    )
+                connection.execute(n.update().where(by_key).values(revision=revision, updated_at=now))
+                self._trim(connection)
+            return True
+
+        return self._run(commit, "committing memory files")
+
+    def _trim(self, connection: sa.Connection) -> None:
+        log = self._log
+        mine = log.c.namespace_key == self._ns_key
+        cutoff = connection.execute(
+            sa.select(log.c.id).where(mine).order_by(log.c.id.desc()).offset(self.limits.max_versions).limit(1)
+        ).scalar()
+        if cutoff is not None:
+            connection.execute(log.delete().where(mine, log.c.id <= cutoff))
+
+    def _versions(self, path: str) -> list[FileVersion]:
+        log = self._log
+        query = (
+            sa.select(log.c.revision, log.c.content, log.c.created_at)
+            .where(log.c.namespace_key == self._ns_key, log.c.path_key == _key(path))
+            .order_by(log.c.revision)
+        )
+
+        def read() -> list[FileVersion]:
+            with self.store._tx.read() as connection:
+                return [FileVersion(path, r.revision, r.content, _utc(r.created_at)) for r in connection.execute(query)]
+
+        return self._run(read, "listing memory file versions")
+
+    def _drop(self) -> None:
+        def drop() -> None:
+            with self.store._tx.write() as connection:
+                for table in (self._log, self._files, self._namespaces):
+                    connection.execute(table.delete().where(table.c.namespace_key == self._ns_key))
+
+        self._run(drop, "deleting a memory namespace")
+
+    def namespaces(self) -> list[str]:
+        """Every namespace holding files."""
+        n, f = self._namespaces, self._files
+        query = sa.select(n.c.namespace).where(
+            sa.exists().where(f.c.namespace_key == n.c.namespace_key)
+        ).order_by(n.c.namespace)
+
+        def read() -> list[str]:
+            with self.store._tx.read() as connection:
+                return list(connection.execute(query).scalars())
+
+        return self._run(read, "listing memory namespaces")
+
+
+def _utc(value: datetime) -> datetime:
+    return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
