@@ -117,7 +117,7 @@ def test_an_older_schema_is_migrated_in_place(sql_url, monkeypatch):
         recorded = _meta(store)
         assert recorded["schema_version"] == SCHEMA_VERSION
         assert recorded["migrated_to_1"].endswith(" add events.tokens")
-        assert recorded["migrated_to_2"].endswith(" add the long-term memory tables")
+        assert recorded["migrated_to_2"].endswith(" add the compactions and long-term memory tables")
         columns = {c["name"] for c in sa.inspect(store.engine).get_columns(store.tables.events.name)}
         assert "tokens" in columns
     with SQLStore.from_url(sql_url) as again:  # upgraded once: nothing left to run
