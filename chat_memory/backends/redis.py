@@ -55,11 +55,13 @@ def _driver() -> Any:
 
 def _retry() -> Any:
     redis = _driver()
-    from redis.backoff import ExponentialWithJitterBackoff
+    # FullJitterBackoff (uniform up to min(cap, base * 2**failures)) is in every redis>=5.0;
+    # ExponentialWithJitterBackoff, nearly the same, only from 5.3 on.
+    from redis.backoff import FullJitterBackoff
     from redis.retry import Retry
 
     return Retry(
-        ExponentialWithJitterBackoff(base=0.05, cap=0.5),
+        FullJitterBackoff(cap=0.5, base=0.05),
         _RETRIES,
         supported_errors=(redis.ConnectionError, redis.TimeoutError),
     )
