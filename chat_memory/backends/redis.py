@@ -155,6 +155,8 @@ class RedisStore(Store):
             except Exception as exc:
                 raise StorageError(f"RedisStore could not reach the cluster at {parts.hostname}:{parts.port}: {exc}") from exc
         else:
+            # redis-py before 6 retries a command only on the errors named here, whatever the Retry says
+            driver_options.setdefault("retry_on_error", [redis.ConnectionError, redis.TimeoutError])
             client = redis.Redis.from_url(driver_url, **driver_options)
         return cls(client, owns_client=True, **store_options)
 
