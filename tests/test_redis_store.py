@@ -355,6 +355,26 @@ def test_server_down_then_back(tmp_path):
         server.stop()
 
 
+@pytest.mark.redis
+def test_a_connection_error_mid_command_is_retried_not_reported(redis_store, monkeypatch):
+    import redis
+
+    redis_store.append("dropped", turn(0))
+    connection_class = redis_store.client.connection_pool.connection_class
+    original = connection_class.send_packed_command
+    failures = []
+
+    def drop_once(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if not failures:
+            failures.append(1)
+            raise redis.ConnectionError("connection dropped (injected)")
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(connection_class, "send_packed_command", drop_once)
+    assert redis_store.append("dropped", turn(1)).last_seq == 4
+    assert failures == [1]
+
+
 @pytest.mark.redis_cluster
 def test_a_cluster_node_down_fails_only_its_own_conversations():
     # without full coverage the live nodes keep serving their slots, as during a failover

@@ -194,7 +194,8 @@ class S3Faults:
         if not self.enabled:
             return None
         head_write = request.method == "PUT" and "/heads/" in request.url
-        first_attempt = b"attempt=1;" in (request.headers.get("amz-sdk-request") or b"")
+        # "attempt=1; max=6", or "attempt=1" alone (older botocore, e.g. 1.35)
+        first_attempt = b"attempt=1" in (request.headers.get("amz-sdk-request") or b"").split(b"; ")
         conflict, server_error, lost_reply = self.rates
         with self.lock:
             roll, status = self.rng.random(), self.rng.choice([(500, "InternalError"), (503, "SlowDown")])

@@ -207,6 +207,16 @@ def test_postgres_window_read_uses_the_index_over_a_large_archive(postgres_store
     assert store.load("c").archived_count == 4000
 
 
+@pytest.mark.postgres
+def test_postgres_events_table_is_vacuumed_sooner_than_the_default(postgres_store):
+    postgres_store.append("c", [Event.user("creates the tables")])
+    with postgres_store.engine.connect() as connection:
+        options = connection.execute(
+            sa.text("SELECT reloptions FROM pg_class WHERE relname = :name"), {"name": postgres_store.tables.events.name}
+        ).scalar_one()
+    assert sorted(options) == ["autovacuum_analyze_scale_factor=0.02", "autovacuum_vacuum_scale_factor=0.02"]
+
+
 # -- search pushed down ------------------------------------------------------------------
 
 

@@ -84,11 +84,13 @@ def _driver() -> Any:
 
 def _retry() -> Any:
     redis = _driver()
-    from redis.backoff import ExponentialWithJitterBackoff
+    # FullJitterBackoff (uniform up to min(cap, base * 2**failures)) is in every redis>=5.0;
+    # ExponentialWithJitterBackoff, nearly the same, only from 5.3 on.
+    from redis.backoff import FullJitterBackoff
     from redis.retry import Retry
 
     return Retry(
-        ExponentialWithJitterBackoff(base=0.05, cap=0.5),
+        FullJitterBackoff(cap=0.5, base=0.05),
         _RETRIES,
         supported_errors=(redis.ConnectionError, redis.TimeoutError),
     )
@@ -208,6 +210,8 @@ class RedisStore(Store):
             except Exception as exc:
                 raise StorageError(f"RedisStore could not reach the cluster at {parts.hostname}:{parts.port}: {exc}") from exc
         else:
+            # redis-py before 6 retries a command only on the errors named here, whatever the Retry says
+            driver_options.setdefault("retry_on_error", [redis.ConnectionError, redis.TimeoutError])
             client = redis.Redis.from_url(driver_url, **driver_options)
         return cls(client, owns_client=True, **store_options)
 
