@@ -56,8 +56,8 @@ def test_demo_runs_end_to_end_with_the_scripted_stand_in(demo):
     assert f"store:        sqlite:///{db}" in out and db.exists()
     assert "memory:       turn_window, max turns 3, conversation_search on" in out
     assert out.count(" you: ") + out.count("] you:") >= 8
-    assert "window size:      7 events in 2 turns" in out  # compacted to half of 3 turns, then grown by one
-    assert "archived events:  12" in out
+    assert "window size:      9 events in 3 turns" in out
+    assert "archived events:  10" in out
     assert 'search happened:  yes, conversation_search {"keyword": "first fact"}' in out
     assert "found the first fact (Bluefin): yes" in out
     assert "code-named Bluefin" in out.split("[8] you:")[1]
@@ -68,15 +68,15 @@ def test_window_history_search_stats_on_the_demo_store(demo):
     url = f"sqlite:///{db}"
     window = cli("--url", url, "window", "-c", DEMO_ID, env=env)
     assert window.returncode == 0, window.stderr
-    assert f"Window of {DEMO_ID!r}: 7 events, 2 turns, 12 archived" in window.stdout
+    assert f"Window of {DEMO_ID!r}: 9 events, 3 turns, 10 archived" in window.stdout
     rows = [line for line in window.stdout.splitlines() if line[:5].strip().isdigit()]
-    assert len(rows) == 7 and "tool_call" in window.stdout and "conversation_search" in window.stdout
+    assert len(rows) == 9 and "tool_call" in window.stdout and "conversation_search" in window.stdout
     total = sum(int(line.split()[2]) for line in rows)
     assert f"total tokens: {total}" in window.stdout and total > 0
 
     history = cli("history", "--url", url, "-c", DEMO_ID, env=env)
     assert history.returncode == 0, history.stderr
-    assert "19 events, 12 archived" in history.stdout
+    assert "19 events, 10 archived" in history.stdout
     assert "archived  user         First fact: our new service is code-named Bluefin." in history.stdout
 
     search = cli("search", "BLUEFIN", "--url", url, "-c", DEMO_ID, env=env)
@@ -89,7 +89,7 @@ def test_window_history_search_stats_on_the_demo_store(demo):
     assert "past the last page" in past.stdout
 
     stats = cli("stats", "-c", DEMO_ID, env=env)  # the embedded default store, no --url
-    assert "archived_events:       12" in stats.stdout and "turns:                 2" in stats.stdout
+    assert "archived_events:       10" in stats.stdout and "turns:                 3" in stats.stdout
     compact = cli("compact", "-c", DEMO_ID, "--template", "compacting-chat", env=env)
     assert compact.returncode == 0 and "turn_window: nothing to compact" in compact.stdout
 
