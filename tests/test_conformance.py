@@ -118,7 +118,9 @@ def test_recursive_summarization_replaces_the_summary_and_sees_overlap(store):
 
     m = ChatMemory(
         store,
-        MemoryConfig(compaction_strategy="recursive_summarization", max_events=6, max_events_to_keep=4, overlap_size=1),
+        MemoryConfig(
+            compaction_strategy="recursive_summarization", max_events=6, max_events_to_keep=4, overlap_size=1, compact_to_ratio=1.0
+        ),
         summarizer=summarize,
         token_counter=fixed_tokens,
     )
