@@ -57,7 +57,7 @@ class ChatMemorySubject(Subject):
 
         self.close()
         self.store = open_store(self.url_factory())
-        self.memory = ChatMemory(self.store, MemoryConfig(compaction_strategy="turn_window", max_turns=WINDOW_TURNS))
+        self.memory = ChatMemory(self.store, MemoryConfig(compaction_strategy="turn_window", max_turns=WINDOW_TURNS, compact_to_ratio=1.0))
         self.cid = f"bench-{uuid.uuid4().hex}"
         self.Event = Event
         for i in range(events // EVENTS_PER_TURN):

@@ -50,7 +50,7 @@ def flaky_summary(previous: str | None, events: list[Event], upcoming: list[Even
 def memory_config(strategy: str) -> MemoryConfig:
     """Strategies that compact at almost every add."""
     if strategy == "turn_window":
-        return MemoryConfig(compaction_strategy="turn_window", max_turns=2, max_archived_events=NO_CAP)
+        return MemoryConfig(compaction_strategy="turn_window", max_turns=2, compact_to_ratio=1.0, max_archived_events=NO_CAP)
     if strategy == "recursive_summarization":
         return MemoryConfig(
             compaction_strategy="recursive_summarization",

@@ -28,15 +28,16 @@ MEMORY_FIELD_NAMES = {field.alias for field in MemoryConfig.model_fields.values(
 #: search tool and compression switches, which every strategy shows).
 SHOWN = {
     "none": set(),
-    "sliding_window": {"maxEvents", "maxArchivedEvents"},
-    "turn_window": {"maxTurns", "maxArchivedEvents"},
-    "token_count": {"maxTokens", "maxArchivedEvents"},
+    "sliding_window": {"maxEvents", "maxArchivedEvents", "compactToRatio"},
+    "turn_window": {"maxTurns", "maxArchivedEvents", "compactToRatio"},
+    "token_count": {"maxTokens", "maxArchivedEvents", "compactToRatio"},
     "recursive_summarization": {
         "maxEvents",
         "maxEventsToKeep",
         "overlapSize",
         "summaryPlacement",
         "summarizerModel",
+        "compactToRatio",
         "maxArchivedEvents",
         "summarizerFailuresBeforeFallback",
     },

@@ -16,7 +16,8 @@ HOSTILE_IDS = ["../etc/passwd", "*", "%", "_", "{tag}", "a}b{c", "quote'\"", "к
 
 
 def memory(store: Store, **config) -> ChatMemory:
-    return ChatMemory(store, MemoryConfig(**config), token_counter=fixed_tokens)
+    # these check the stores, with exact window sizes: compact to the limit itself
+    return ChatMemory(store, MemoryConfig(**{"compact_to_ratio": 1.0, **config}), token_counter=fixed_tokens)
 
 
 def test_append_assigns_gap_free_seq_and_keeps_order(store):
@@ -117,7 +118,9 @@ def test_recursive_summarization_replaces_the_summary_and_sees_overlap(store):
 
     m = ChatMemory(
         store,
-        MemoryConfig(compaction_strategy="recursive_summarization", max_events=6, max_events_to_keep=4, overlap_size=1),
+        MemoryConfig(
+            compaction_strategy="recursive_summarization", max_events=6, max_events_to_keep=4, overlap_size=1, compact_to_ratio=1.0
+        ),
         summarizer=summarize,
         token_counter=fixed_tokens,
     )

@@ -110,7 +110,7 @@ def _scan_all(client: Any, prefix: str) -> Iterator[list[bytes]]:
 
 
 def test_round_trips_per_add_and_window(real_store):
-    memory = ChatMemory(real_store, MemoryConfig(compaction_strategy="turn_window", max_turns=3))
+    memory = ChatMemory(real_store, MemoryConfig(compaction_strategy="turn_window", max_turns=3, compact_to_ratio=1.0))
     for i in range(4):  # warm up: the server loads each script at its first use
         memory.add("warm", turn(i))
     memory.search("warm", "question")

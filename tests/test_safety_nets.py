@@ -171,7 +171,7 @@ def test_force_summarises_with_a_summarizing_strategy():
 def test_auto_compact_needs_a_summarizer():
     with pytest.raises(ConfigurationError, match="Summarizer model must be configured for auto-compact"):
         ChatMemory(InMemoryStore(), MemoryConfig(compaction_strategy="auto_compact"))
-    with pytest.raises(ConfigurationError, match=r"Compact at ratio \(1.5\) must be a number greater than 0 and at most 1"):
+    with pytest.raises(ConfigurationError, match=r"Compact at ratio \(1.5\) must be greater than 0 and at most 1"):
         MemoryConfig(compaction_strategy="auto_compact", compact_at_ratio=1.5)
 
 
@@ -206,7 +206,8 @@ def test_auto_compact_keeps_the_window_under_its_share_of_the_context_plus_the_n
 
 
 def test_compaction_records_on_every_store(store):
-    memory = ChatMemory(store, MemoryConfig(compaction_strategy="turn_window", max_turns=2), token_counter=fixed_tokens)
+    config = MemoryConfig(compaction_strategy="turn_window", max_turns=2, compact_to_ratio=1.0)  # one turn each
+    memory = ChatMemory(store, config, token_counter=fixed_tokens)
     for i in range(store.compaction_records_kept + 10):
         memory.add("c", turn(f"q{i}"))
     records = memory.compactions("c")

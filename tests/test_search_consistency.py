@@ -45,8 +45,8 @@ def histories(draw: Any) -> list[list[Event]]:
 CONFIGS = st.sampled_from(
     [
         MemoryConfig(),
-        MemoryConfig(compaction_strategy="turn_window", max_turns=2),
-        MemoryConfig(compaction_strategy="sliding_window", max_events=4, max_archived_events=5),
+        MemoryConfig(compaction_strategy="turn_window", max_turns=2, compact_to_ratio=1.0),
+        MemoryConfig(compaction_strategy="sliding_window", max_events=4, max_archived_events=5, compact_to_ratio=1.0),
         MemoryConfig(compaction_strategy="recursive_summarization", max_events=5, max_events_to_keep=2, overlap_size=1),
     ]
 )

@@ -37,6 +37,7 @@ def test_compacting_chat_template_is_bundled_and_shaped_as_specified():
         "conversationId": "${chat_1.conversationId}",
         "compactionStrategy": "turn_window",
         "maxTurns": 3,
+        "compactToRatio": 1.0,
         "enableConversationSearchTool": True,
         "searchPageSize": 10,
     }

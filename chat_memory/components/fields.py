@@ -117,6 +117,10 @@ _MEMORY_FIELD_TEXTS: tuple[tuple[str, dict[str, Any], str, bool], ...] = (
     ("max_events_to_keep", _POSITIVE_INT, "Newest events kept in view when older ones are summarised.", False),
     ("overlap_size", {"type": "integer", "minimum": 0},
      "Kept events the summarizer also sees as upcoming context (not summarised).", False),
+    ("compact_to_ratio", {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+     "What a compaction leaves, as a fraction of the limit (0.5: compact to half). Below 1 the oldest "
+     "messages stay unchanged for several turns, so the provider's prompt cache serves them cheaply; "
+     "1 compacts just below the limit on every turn.", False),
     ("summary_placement", {"type": "string", "enum": [p.value for p in SummaryPlacement]},
      "Where the model sees the summary: as a leading user message or in the system prompt.", True),
     ("enable_conversation_search_tool", {"type": "boolean"},

@@ -168,7 +168,9 @@ def chosen_config(args: argparse.Namespace) -> MemoryConfig | None:
         raise CommandError(f"compact --strategy {strategy.name} needs {' and '.join(f'{m} N' for m in missing)}", 2)
     if strategy.summarizes and not args.summarizer_model:
         raise CommandError(f"compact --strategy {strategy.name} needs --summarizer-model NAME (a Claude model)", 2)
-    return MemoryConfig(compaction_strategy=strategy.name, **given)
+    # a one-off compaction to the limits the operator typed; compact_to_ratio's hysteresis is
+    # for conversations compacting as they run (docs/prompt-caching.md)
+    return MemoryConfig(compaction_strategy=strategy.name, compact_to_ratio=1.0, **given)
 
 
 def _sqlite_file(url: str) -> Path | None:

@@ -5,6 +5,7 @@ Strategies are pure: a window in, a cut (or nothing) out. They know no storage."
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from bisect import bisect_right
 from collections.abc import Sequence
@@ -127,6 +128,15 @@ def choose_cut(active: Sequence[Event], required: int, *, within: int | None = N
     return Cut.at(active, candidates[-1]) if candidates else None
 
 
+def compact_target(limit: int, ratio: float) -> int:
+    """What a compaction leaves of a ``limit`` (events, turns or tokens) under
+    ``compact_to_ratio``: ``floor(ratio × limit)``, at least 1. Below the limit, the window
+    grows again for a while with its leading events unchanged, so a provider's prompt cache
+    keeps serving them (docs/prompt-caching.md)."""
+    # the epsilon keeps 0.7 × 10 at 7 despite binary floating point
+    return max(1, math.floor(limit * ratio + 1e-9))
+
+
 _REGISTRY: dict[str, type[Strategy]] = {}
 
 
@@ -144,6 +154,9 @@ class Strategy(ABC):
       together;
     - a pending tool call (no result yet) is not archived until it is answered or
       superseded: :data:`SUPERSEDING_TURNS` newer turns have started after its turn;
+    - a compaction goes down to ``compact_to_ratio`` of the limit (:func:`compact_target`;
+      the trigger stays the limit itself), so between compactions the window's leading
+      events do not change;
     - the window stays bounded: after a compaction it is within the strategy's limit or
       holds at most the newest :data:`SUPERSEDING_TURNS` turns. Only when tool pairs chain
       every turn to the next (results that keep arriving a turn late) does this bound

@@ -6,21 +6,21 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigurationError
 from ..events import Event, Window
-from .base import Cut, Strategy, choose_cut
+from .base import Cut, Strategy, choose_cut, compact_target
 
 if TYPE_CHECKING:
     from ..config import MemoryConfig
 
 
 class RecursiveSummarization(Strategy):
-    """Over ``max_events`` active real events, keep the newest ``max_events_to_keep``
-    (cut at a turn start) and summarise the rest, with the previous summary, into a new
+    """Over ``max_events`` active real events, keep the newest ``max_events_to_keep``, or
+    ``compact_to_ratio`` of ``max_events`` when that is fewer (cut at a turn start), and summarise the rest, with the previous summary, into a new
     summary. The gap between the two limits is the hysteresis that keeps the summarizer
     from running on every turn."""
 
     name = "recursive_summarization"
     label = "Recursive summarization"
-    settings = ("max_events", "max_events_to_keep", "overlap_size", "summary_placement")
+    settings = ("max_events", "max_events_to_keep", "overlap_size", "summary_placement", "compact_to_ratio")
     summarizes = True
 
     @classmethod
@@ -40,7 +40,9 @@ class RecursiveSummarization(Strategy):
         if len(window.active) <= self.config.max_events:
             return None
         size = len(window.active)
-        return choose_cut(window.active, size - self.config.max_events_to_keep, within=size - self.config.max_events)
+        # its own lower mark already keeps the prefix stable; the ratio only lowers it further
+        keep = min(self.config.max_events_to_keep, compact_target(self.config.max_events, self.config.compact_to_ratio))
+        return choose_cut(window.active, size - keep, within=size - self.config.max_events)
 
     def pressure(self, window: Window) -> float:
         return len(window.active) / self.config.max_events

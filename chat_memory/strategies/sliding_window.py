@@ -3,16 +3,21 @@
 from __future__ import annotations
 
 from ..events import Window
-from .base import Cut, Strategy, choose_cut
+from .base import Cut, Strategy, choose_cut, compact_target
 
 
 class SlidingWindow(Strategy):
     """Over ``max_events`` active real events, archive the oldest so that at most
-    ``max_events`` remain, the cut moved forward to the next turn start."""
+    ``compact_to_ratio`` of ``max_events`` remain, the cut moved forward to the next turn
+    start."""
 
     name = "sliding_window"
     label = "Sliding window (by events)"
-    settings = ("max_events",)
+    settings = ("max_events", "compact_to_ratio")
 
     def plan(self, window: Window) -> Cut | None:
-        return choose_cut(window.active, len(window.active) - self.config.max_events)
+        size = len(window.active)
+        if size <= self.config.max_events:
+            return None
+        keep = compact_target(self.config.max_events, self.config.compact_to_ratio)
+        return choose_cut(window.active, size - keep, within=size - self.config.max_events)

@@ -3,26 +3,31 @@
 from __future__ import annotations
 
 from ..events import Window
-from .base import Cut, Strategy, choose_cut
+from .base import Cut, Strategy, choose_cut, compact_target
 
 
 class TokenCount(Strategy):
     """Over ``max_tokens`` window tokens (pinned events and the summary included), archive
-    the oldest turns until the window fits, or only the newest turn is left."""
+    the oldest turns until the window fits in ``compact_to_ratio`` of ``max_tokens``, or
+    only the newest turn is left."""
 
     name = "token_count"
     label = "Token count"
-    settings = ("max_tokens",)
+    settings = ("max_tokens", "compact_to_ratio")
 
     def plan(self, window: Window) -> Cut | None:
         total = window.tokens()
         budget = self.config.max_tokens
         if total <= budget:
             return None
+        target = compact_target(budget, self.config.compact_to_ratio)
         required = 0
+        within: int | None = None  # events to drop to be within the limit itself
         for event in window.active:
-            if total <= budget:
+            if total <= target:
                 break
             total -= event.tokens or 0
             required += 1
-        return choose_cut(window.active, required)
+            if within is None and total <= budget:
+                within = required
+        return choose_cut(window.active, required, within=required if within is None else within)

@@ -3,19 +3,21 @@
 from __future__ import annotations
 
 from ..events import Window, turn_starts
-from .base import Cut, Strategy, choose_cut
+from .base import Cut, Strategy, choose_cut, compact_target
 
 
 class TurnWindow(Strategy):
-    """Over ``max_turns`` turns, archive the oldest turns until ``max_turns`` remain."""
+    """Over ``max_turns`` turns, archive the oldest turns until ``compact_to_ratio`` of
+    ``max_turns`` remain (all ``max_turns`` with a ratio of 1)."""
 
     name = "turn_window"
     label = "Turn window (by turns)"
-    settings = ("max_turns",)
+    settings = ("max_turns", "compact_to_ratio")
 
     def plan(self, window: Window) -> Cut | None:
         starts = turn_starts(window.active)
         excess = len(starts) - self.config.max_turns
         if excess <= 0:
             return None
-        return choose_cut(window.active, starts[excess])
+        keep = compact_target(self.config.max_turns, self.config.compact_to_ratio)
+        return choose_cut(window.active, starts[len(starts) - keep], within=starts[excess])
