@@ -3,7 +3,7 @@
 replies alike); after it, every fact is in the window (the summary included) or on the
 first page of one ``conversation_search`` for its key term — for every strategy.
 
-CI runs all five strategies on the memory store and the template's strategy (turn window)
+CI runs all six strategies on the memory store and the template's strategy (turn window)
 on every other backend; the full-size run (``CHAT_MEMORY_FULL=1`` or ``--full-reliability``)
 runs every strategy on every backend."""
 
@@ -32,7 +32,7 @@ CONFIGS = {
     ),
     "auto_compact": MemoryConfig(compaction_strategy="auto_compact", context_window_tokens=3000, compact_at_ratio=0.8),
 }
-CI_STRATEGIES = ("turn_window", "auto_compact")
+CI_STRATEGIES = ("turn_window",)
 # The archive cap would (by design) drop the oldest turns of 500; recall is about
 # compaction, so the archive here holds everything.
 ARCHIVE_CAP = 10_000
