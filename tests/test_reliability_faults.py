@@ -22,9 +22,11 @@ from tests.reliability_workers import (
     check_history,
     check_writer_order,
     continue_and_compact,
+    memory_config,
     open_memory,
     quick_summary,
     whole_turn,
+    word_count,
 )
 from tests.services.redis import start_redis
 
@@ -341,8 +343,11 @@ class Switchable:
 
 def outage_then_recovery(store: Any, summarizer: Switchable, mentions: str) -> None:
     """While the summarizer is down every add is stored and nothing is archived; compact()
-    raises SummarizerError naming the cause; after it heals the next add compacts."""
-    memory = open_memory(store, "recursive_summarization", summarizer)
+    raises SummarizerError naming the cause; after it heals the next add compacts. (The
+    fallback that archives without a summary after a few failures is put off here, to see
+    the outage itself; tests/test_safety_nets.py covers the fallback.)"""
+    config = memory_config("recursive_summarization").model_copy(update={"summarizer_failures_before_fallback": 10})
+    memory = ChatMemory(store, config, summarizer=summarizer, token_counter=word_count)
     record = AddRecord()
     for turn in range(4):
         add_id = f"t0.g0.{turn}"
