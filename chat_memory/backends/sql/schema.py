@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 from datetime import datetime, timezone
 
 import sqlalchemy as sa
@@ -46,6 +47,16 @@ _SEARCH_TEXT = sa.Text().with_variant(mysql.LONGTEXT(collation="utf8mb4_bin"), "
 #: store matches the rare other terms in Python (see :func:`pushes_down`).
 NUL_STAND_IN = "\ufffd"
 
+
+
+# Compaction flips rows out of the window range by UPDATE; vacuum sooner than the default 20%
+# so the dead index entries it leaves behind do not pile up. `postgresql_with` is SQLAlchemy
+# 2.1's; 2.0 (which Langflow's lfx pins) refuses the argument, so there it is left out.
+_EVENTS_TABLE_OPTIONS: dict[str, Any] = (
+    {"postgresql_with": {"autovacuum_vacuum_scale_factor": "0.02", "autovacuum_analyze_scale_factor": "0.02"}}
+    if tuple(int(part) for part in sa.__version__.split(".")[:2]) >= (2, 1)
+    else {}
+)
 
 def stored_search_text(folded: str | None) -> str | None:
     """The value of the search_text column for an event's folded search text."""
@@ -146,9 +157,7 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         sa.Column("search_text", _SEARCH_TEXT, nullable=True),
         sa.Column("body", _LONG_TEXT, nullable=False),
         sa.Index(f"{prefix}events_window_idx", "conversation_ref", "archived", "seq"),
-        # Compaction flips rows out of the window range by UPDATE; vacuum sooner than the
-        # default 20% so the dead index entries it leaves behind do not pile up.
-        postgresql_with={"autovacuum_vacuum_scale_factor": "0.02", "autovacuum_analyze_scale_factor": "0.02"},
+        **_EVENTS_TABLE_OPTIONS,
     )
     compactions = sa.Table(
         f"{prefix}compactions",

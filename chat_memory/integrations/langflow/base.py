@@ -39,7 +39,8 @@ def memory_inputs(storage: str) -> list[Any]:
     """The Langflow inputs of the version-2 Chat Memory node of ``storage``, in canvas order."""
     definition = memory_node(storage)
     refresh = controlling_fields(definition)
-    return [input_for(spec, spec.name in refresh) for spec in sorted(definition.fields, key=lambda f: f.order)]
+    visible = shown(definition, {})
+    return [input_for(spec, spec.name in refresh, visible[spec.name]) for spec in sorted(definition.fields, key=lambda f: f.order)]
 
 
 MEMORY_OUTPUTS = [
@@ -65,13 +66,20 @@ class ChatMemoryComponent(LCChatMemoryComponent):
         return None
 
     def parameters(self) -> dict[str, Any]:
-        """The node's parameters from the component's values (unset ones left to defaults)."""
+        """The node's parameters from the component's values (unset ones left to defaults;
+        an empty Conversation ID is the run's session id)."""
         params = {}
         for spec in self.definition().fields:
             value = field_value(spec, getattr(self, spec.name, None))
             if value is not None:
                 params[spec.name] = value
+        if not str(params.get("conversationId", "")).strip():
+            params["conversationId"] = self._session_id()
         return params
+
+    def _session_id(self) -> str:
+        graph = getattr(self, "graph", None)
+        return getattr(graph, "session_id", None) or "default"
 
     def settings(self) -> MemoryNodeSettings:
         """The validated settings (our messages: a ConfigurationError naming the field)."""
@@ -79,12 +87,7 @@ class ChatMemoryComponent(LCChatMemoryComponent):
 
     def conversation_id(self) -> str:
         """The Conversation ID field, else the run's session id."""
-        explicit = self.settings().conversation_id
-        if explicit:
-            return explicit
-        graph = getattr(self, "graph", None)
-        session = getattr(graph, "session_id", None) if graph is not None else None
-        return session or "default"
+        return self.settings().conversation_id or self._session_id()
 
     def memory(self) -> ChatMemory:
         """The :class:`ChatMemory` over this node's store (shared per process)."""

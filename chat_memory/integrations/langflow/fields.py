@@ -23,7 +23,7 @@ def controlling_fields(definition: NodeDefinition) -> set[str]:
     return {key for spec in definition.fields for key in (spec.show_if or {})}
 
 
-def input_for(spec: FieldSpec, refresh: bool) -> Any:
+def input_for(spec: FieldSpec, refresh: bool, show: bool = True) -> Any:
     """The Langflow input of one field. A nullable integer without a default is a text box
     (empty: no value), since Langflow's integer box has no empty state."""
     common: dict[str, Any] = {
@@ -34,6 +34,7 @@ def input_for(spec: FieldSpec, refresh: bool) -> Any:
         "required": spec.required,
         "dynamic": spec.show_if is not None,
         "real_time_refresh": refresh,
+        "show": show,
     }
     if spec.placeholder:
         common["placeholder"] = spec.placeholder
