@@ -74,10 +74,10 @@ class ChatMemoryComponent(LCChatMemoryComponent):
             if value is not None:
                 params[spec.name] = value
         if not str(params.get("conversationId", "")).strip():
-            params["conversationId"] = self._session_id()
+            params["conversationId"] = self._run_session_id()
         return params
 
-    def _session_id(self) -> str:
+    def _run_session_id(self) -> str:
         graph = getattr(self, "graph", None)
         return getattr(graph, "session_id", None) or "default"
 
@@ -87,7 +87,7 @@ class ChatMemoryComponent(LCChatMemoryComponent):
 
     def conversation_id(self) -> str:
         """The Conversation ID field, else the run's session id."""
-        return self.settings().conversation_id or self._session_id()
+        return self.settings().conversation_id or self._run_session_id()
 
     def memory(self) -> ChatMemory:
         """The :class:`ChatMemory` over this node's store (shared per process)."""
