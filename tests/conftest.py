@@ -61,3 +61,6 @@ def store(request):
 def store_url(request):
     """A URL of every backend that several processes can share, fresh for each test."""
     return request.getfixturevalue(request.param)
+
+# tests/langflow runs in its own venv with lfx (scripts/test-langflow), never in the main run
+collect_ignore = ["langflow"]

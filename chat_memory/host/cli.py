@@ -91,9 +91,12 @@ def build_parser() -> argparse.ArgumentParser:
     clear.add_argument("--yes", action="store_true", help="do not ask (required when not run from a terminal)")
     nodes = command("nodes", "list the node definitions")
     nodes.add_argument("--json", action="store_true", help="print the definitions as JSON")
-    templates = command("templates", "list the templates, or print one with: templates show NAME")
-    templates.add_argument("action", nargs="?", choices=["list", "show"], default="list")
-    templates.add_argument("name", nargs="?", help="template name (for show)")
+    templates = command(
+        "templates", "list the templates, print one (templates show NAME) or export one (templates export NAME --format langflow)"
+    )
+    templates.add_argument("action", nargs="?", choices=["list", "show", "export"], default="list")
+    templates.add_argument("name", nargs="?", help="template name (for show and export)")
+    templates.add_argument("--format", choices=["langflow"], default="langflow", help="export format (needs the langflow extra)")
     add_memory_command(commands, common)
     return parser
 
@@ -327,10 +330,15 @@ def _nodes(args: argparse.Namespace) -> int:
 
 
 def _templates(args: argparse.Namespace) -> int:
+    if args.action in ("show", "export") and not args.name:
+        raise ConfigurationError(f"templates {args.action} needs a template name; see: chat-memory templates")
     if args.action == "show":
-        if not args.name:
-            raise ConfigurationError("templates show needs a template name; see: chat-memory templates")
         print(cli_json.dumps(template_source(args.name)))
+        return 0
+    if args.action == "export":
+        from ..integrations.langflow.export import export_langflow  # needs lfx: chat-memory[langflow]
+
+        print(cli_json.dumps(export_langflow(args.name)))
         return 0
     for name in template_names():
         print(f"{name:<20} {load_template(name).title}")

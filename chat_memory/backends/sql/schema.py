@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
 from datetime import datetime, timezone
 
 import sqlalchemy as sa
@@ -45,6 +46,7 @@ _SEARCH_TEXT = sa.Text().with_variant(mysql.LONGTEXT(collation="utf8mb4_bin"), "
 #: character (a one-for-one swap of characters cannot create or hide such a match); the
 #: store matches the rare other terms in Python (see :func:`pushes_down`).
 NUL_STAND_IN = "\ufffd"
+
 
 
 def stored_search_text(folded: str | None) -> str | None:

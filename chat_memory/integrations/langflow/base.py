@@ -1,0 +1,133 @@
+"""The shared body of the five Chat Memory components: inputs generated from our node
+definition, validation by :func:`memory_settings`, one store per process and node settings,
+and three outputs (the LangChain history, the rendered window, ``conversation_search``)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from lfx.base.memory.model import LCChatMemoryComponent
+from lfx.io import Output
+from lfx.schema.message import Message
+
+from ...backends import open_store
+from ...backends.base import Store
+from ...components import NodeDefinition, memory_node, memory_settings
+from ...components.settings import MemoryNodeSettings
+from ...engine import ChatMemory
+from ..langchain import ChatMemoryHistory
+from ..langchain.convert import message_text
+from ..langchain.tools import as_langchain_tool
+from .fields import controlling_fields, field_value, input_for, shown
+
+_STORES: dict[str, Store] = {}
+_STORES_LOCK = threading.Lock()
+
+
+def shared_store(url: str | None, options: dict[str, Any]) -> Store:
+    """The process's one store for these settings: an in-memory store survives between the
+    messages of a running Langflow server (each message builds the components anew)."""
+    key = repr((url, sorted(options.items())))
+    with _STORES_LOCK:
+        if key not in _STORES:
+            _STORES[key] = open_store(url, **options)
+        return _STORES[key]
+
+
+def memory_inputs(storage: str) -> list[Any]:
+    """The Langflow inputs of the version-2 Chat Memory node of ``storage``, in canvas order."""
+    definition = memory_node(storage)
+    refresh = controlling_fields(definition)
+    visible = shown(definition, {})
+    return [input_for(spec, spec.name in refresh, visible[spec.name]) for spec in sorted(definition.fields, key=lambda f: f.order)]
+
+
+MEMORY_OUTPUTS = [
+    Output(display_name="Memory", name="memory", method="build_message_history", types=["Memory"]),
+    Output(display_name="Window", name="window", method="build_window", types=["Message"]),
+    Output(display_name="Conversation search", name="search_tool", method="build_search_tool", types=["Tool"]),
+]
+
+
+class ChatMemoryComponent(LCChatMemoryComponent):
+    """One Chat Memory node in Langflow; subclasses name the ``storage``."""
+
+    storage = "builtin"
+    icon = "brain"
+
+    @classmethod
+    def definition(cls) -> NodeDefinition:
+        """Our node definition this component is generated from."""
+        return memory_node(cls.storage)
+
+    def _validate_outputs(self) -> None:
+        # lfx's base requires an output literally named build_message_history; ours is "memory"
+        return None
+
+    def parameters(self) -> dict[str, Any]:
+        """The node's parameters from the component's values (unset ones left to defaults;
+        an empty Conversation ID is the run's session id)."""
+        params = {}
+        for spec in self.definition().fields:
+            value = field_value(spec, getattr(self, spec.name, None))
+            if value is not None:
+                params[spec.name] = value
+        if not str(params.get("conversationId", "")).strip():
+            params["conversationId"] = self._run_session_id()
+        return params
+
+    def _run_session_id(self) -> str:
+        graph = getattr(self, "graph", None)
+        return getattr(graph, "session_id", None) or "default"
+
+    def settings(self) -> MemoryNodeSettings:
+        """The validated settings (our messages: a ConfigurationError naming the field)."""
+        return memory_settings(self.definition(), self.parameters())
+
+    def conversation_id(self) -> str:
+        """The Conversation ID field, else the run's session id."""
+        return self.settings().conversation_id or self._run_session_id()
+
+    def memory(self) -> ChatMemory:
+        """The :class:`ChatMemory` over this node's store (shared per process)."""
+        settings = self.settings()
+        url, options = settings.store_target()
+        summarizer = None
+        if settings.summarizes:
+            import anthropic
+
+            from ...summarizer import AnthropicSummarizer
+
+            summarizer = AnthropicSummarizer(model=settings.summarizer_model, client=anthropic.Anthropic())
+        return ChatMemory(shared_store(url, options), settings.config, summarizer=summarizer)
+
+    def build_message_history(self) -> ChatMemoryHistory:
+        """Our LangChain history of the conversation (for Message History or our agent)."""
+        return ChatMemoryHistory(self.memory(), self.conversation_id())
+
+    def build_window(self) -> Message:
+        """The window the model would see, as one text message (role: text per line)."""
+        history = self.build_message_history()
+        lines = [f"{m.type}: {message_text(m)}" for m in history.messages]
+        return Message(text="\n".join(lines))
+
+    def build_search_tool(self) -> Any:
+        """``conversation_search`` over this conversation, as a Tool for an agent."""
+        return as_langchain_tool(self.memory().search_tool(self.conversation_id()))
+
+    def update_build_config(self, build_config: Any, field_value: Any, field_name: str | None = None) -> Any:
+        """Show exactly the fields our ``showIf`` shows for the form's current values."""
+        definition = self.definition()
+        values = {
+            spec.name: build_config[spec.name].get("value") for spec in definition.fields if spec.name in build_config
+        }
+        if field_name in values:
+            values[field_name] = field_value
+        for name, visible in shown(definition, values).items():
+            if name in build_config:
+                build_config[name]["show"] = visible
+        return build_config
+
+
+__all__ = ["MEMORY_OUTPUTS", "ChatMemoryComponent", "memory_inputs", "shared_store"]

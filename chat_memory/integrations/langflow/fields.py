@@ -1,0 +1,78 @@
+"""Our node fields as Langflow inputs: one mapping from :class:`FieldSpec` (type, default,
+enum, label, description, ``showIf``) to an ``lfx.io`` input, so the Langflow components
+and the canvas nodes come from the same declarations."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from lfx.io import BoolInput, DropdownInput, FloatInput, IntInput, MessageTextInput, StrInput
+
+from ...components import FieldSpec, NodeDefinition
+from ...errors import ConfigurationError
+
+
+def _types(spec: FieldSpec) -> list[str]:
+    types = spec.schema.get("type", [])
+    return [types] if isinstance(types, str) else list(types)
+
+
+def controlling_fields(definition: NodeDefinition) -> set[str]:
+    """The fields another field's ``showIf`` names: they refresh the form when changed."""
+    return {key for spec in definition.fields for key in (spec.show_if or {})}
+
+
+def input_for(spec: FieldSpec, refresh: bool, show: bool = True) -> Any:
+    """The Langflow input of one field. A nullable integer without a default is a text box
+    (empty: no value), since Langflow's integer box has no empty state."""
+    common: dict[str, Any] = {
+        "name": spec.name,
+        "display_name": spec.label,
+        "info": spec.description,
+        "advanced": spec.advanced,
+        "required": spec.required,
+        "dynamic": spec.show_if is not None,
+        "real_time_refresh": refresh,
+        "show": show,
+    }
+    if spec.placeholder:
+        common["placeholder"] = spec.placeholder
+    default = spec.schema.get("default")
+    types = _types(spec)
+    if "enum" in spec.schema:
+        return DropdownInput(options=list(spec.schema["enum"]), value=default, **common)
+    if "boolean" in types:
+        return BoolInput(value=bool(default), **common)
+    if "integer" in types and not ("null" in types and default is None):
+        return IntInput(value=default, **common)
+    if "number" in types:
+        return FloatInput(value=default, **common)
+    if spec.name == "conversationId":
+        # takes Chat Input's session id as a wire; empty: the run's session id
+        return MessageTextInput(value="", **{**common, "required": False})
+    return StrInput(value="" if default is None else str(default), **common)
+
+
+def field_value(spec: FieldSpec, value: Any) -> Any:
+    """A component's attribute value as our node's parameter value (None: not set, the
+    default stands). Text in a nullable-integer box must be a whole number."""
+    types = _types(spec)
+    if hasattr(value, "text") and not isinstance(value, str):  # a wired Message
+        value = value.text
+    if value is None or (isinstance(value, str) and not value.strip() and "string" not in types):
+        return None
+    if isinstance(value, str) and value == "" and not spec.required and spec.schema.get("minLength"):
+        return None
+    if "integer" in types and isinstance(value, str):
+        try:
+            return int(value.strip())
+        except ValueError:
+            raise ConfigurationError(f"{spec.label} ({value!r}) must be a whole number") from None
+    return value
+
+
+def shown(definition: NodeDefinition, values: Mapping[str, Any]) -> dict[str, bool]:
+    """For every field, whether it shows for these values (defaults filled in): our ``showIf``."""
+    filled = {**definition.defaults(), **{k: v for k, v in values.items() if v is not None}}
+    return {spec.name: spec.is_shown(filled) for spec in definition.fields}
