@@ -16,7 +16,7 @@ tomllib = pytest.importorskip("tomllib")
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The extras a user installs; ``all``, ``dev`` and ``bench`` only combine them or add tools.
-USER_EXTRAS = ("postgres", "redis", "s3", "anthropic")
+USER_EXTRAS = ("postgres", "redis", "s3", "anthropic", "langchain", "langchain-agents", "openai-agents")
 
 
 def _name(name: str) -> str:
