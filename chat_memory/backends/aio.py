@@ -112,6 +112,7 @@ class ThreadedStore(AsyncStore):
         self.max_workers = max_workers
         self.compacts_while_appending = isinstance(store, CompactsWhileAppending)
         self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="chat-memory")
+        self._closed = False
 
     async def _run(self, method: str, *args: Any) -> Any:
         loop = asyncio.get_running_loop()
@@ -155,8 +156,11 @@ class ThreadedStore(AsyncStore):
         return await self._run("conversations")  # type: ignore[no-any-return]
 
     async def aclose(self) -> None:
-        """Close the sync store (in a worker) and stop the pool."""
-        await self._run("close")
+        """Close the sync store (in a worker) and stop the pool; a second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.get_running_loop().run_in_executor(self._executor, self.store.close)
         self._executor.shutdown(wait=False)
 
     def __repr__(self) -> str:
