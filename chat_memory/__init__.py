@@ -6,7 +6,9 @@ whole turns that archives instead of deleting, and a paged ``conversation_search
 
 from __future__ import annotations
 
+from .aio import AsyncChatMemory
 from .backends import open_store
+from .backends.aio import AsyncStore, ThreadedStore, open_async_store
 from .backends.base import Store
 from .config import MemoryConfig, SummaryPlacement
 from .errors import (
@@ -27,13 +29,16 @@ from .compaction import CompactionRecord, CompactionResult, with_overflow_retry
 from .engine import ChatMemory, MemoryStats
 from .render import to_anthropic, to_openai
 from .search import SearchHit, SearchPage
-from .summarizer import AnthropicSummarizer, Summarizer
+from .summarizer import AnthropicSummarizer, AsyncAnthropicSummarizer, Summarizer
 from .tools import ConversationSearchTool
 
 __version__ = "0.1.0"
 
 __all__ = [
     "AnthropicSummarizer",
+    "AsyncAnthropicSummarizer",
+    "AsyncChatMemory",
+    "AsyncStore",
     "ChatMemory",
     "ChatMemoryError",
     "CompactionRecord",
@@ -57,7 +62,9 @@ __all__ = [
     "Summarizer",
     "SummarizerError",
     "SummaryPlacement",
+    "ThreadedStore",
     "is_context_overflow",
+    "open_async_store",
     "open_store",
     "to_anthropic",
     "with_overflow_retry",

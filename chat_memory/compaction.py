@@ -26,12 +26,13 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from .backends.base import Backoff, CompactionPlan, Snapshot, Store
+from .backends.base import Backoff, CompactionPlan, Snapshot
 from .config import MemoryConfig
 from .errors import ConcurrencyError, ConfigurationError, ContextOverflowError, SummarizerError, is_context_overflow
 from .events import Event, EventType
 from .strategies import Cut, Strategy
-from .summarizer import Summarizer, run_summarizer
+from .steps import Sleep, Steps, Summarize, call
+from .summarizer import Summarizer
 from .tokens import TokenCounter, count_event_tokens
 
 log = logging.getLogger(__name__)
@@ -105,19 +106,15 @@ class Compactor:
 
     def __init__(
         self,
-        store: Store,
         config: MemoryConfig,
         strategy: Strategy,
         summarizer: Summarizer | None,
         token_counter: TokenCounter,
-        history: Callable[[str], list[Event]],
     ) -> None:
-        self.store = store
         self.config = config
         self.strategy = strategy
         self.summarizer = summarizer
         self.token_counter = token_counter
-        self._history = history
         self._failures: OrderedDict[str, int] = OrderedDict()
         #: set when the summarizer cannot work at all (a ConfigurationError): no more calls
         self._unusable: ConfigurationError | None = None
@@ -132,12 +129,14 @@ class Compactor:
             snapshot.version, cut.through_seq, max_archived_events=self.config.max_archived_events, record=record.to_json()
         )
 
-    def compact(self, cid: str, snapshot: Snapshot, cut: Cut | None = None, *, force: bool = False) -> CompactionResult:
+    def compact(self, cid: str, snapshot: Snapshot, cut: Cut | None = None, *, force: bool = False) -> Steps[CompactionResult]:
         """Plan (unless ``cut`` was already planned on ``snapshot``), summarise when the
         strategy needs it (or fall back), and apply as compare-and-swap. A plan that loses
         its race is reused only if nothing was compacted meanwhile (appends at the tail do
         not touch the region it archives); otherwise it is re-planned. A compaction with
-        nothing to do clears a recorded error: there is nothing left to fail."""
+        nothing to do clears a recorded error: there is nothing left to fail.
+
+        Steps (see :mod:`chat_memory.steps`): the same plan runs against a sync or an async store."""
         plan: CompactionPlan | None = None
         planned: tuple[Cut, Event | None, CompactionRecord] | None = None
         head: tuple[str | None, str | None] | None = None
@@ -148,9 +147,9 @@ class Compactor:
                     cut = self.strategy.forced_cut(snapshot.window) if force else self.strategy.plan(snapshot.window)
                 if cut is None:
                     if snapshot.compaction_error is not None:
-                        self.store.record_compaction_error(cid, None)
+                        yield from call("record_compaction_error", cid, None)
                     return CompactionResult(self.strategy.name, attempts=attempt, forced=force)
-                summary, record = self._summary(cid, snapshot, cut, force)
+                summary, record = yield from self._summary(cid, snapshot, cut, force)
                 planned = (cut, summary, record)
                 plan = CompactionPlan(
                     expected_version=snapshot.version,
@@ -162,12 +161,12 @@ class Compactor:
                 head = current_head
             else:
                 plan = dataclasses.replace(plan, expected_version=snapshot.version)
-            if self.store.apply(cid, plan):
+            if (yield from call("apply", cid, plan)):
                 assert planned is not None
                 done_cut, summary, record = planned
                 if record.fallback and record.reason is not None:
                     # the apply cleared the error; the summarizer is still failing: say so
-                    self.store.record_compaction_error(cid, f"{record.reason} (archived without a new summary)")
+                    yield from call("record_compaction_error", cid, f"{record.reason} (archived without a new summary)")
                 return CompactionResult(
                     self.strategy.name,
                     archived_events=len(done_cut.archived),
@@ -178,15 +177,15 @@ class Compactor:
                     forced=force,
                     record=record,
                 )
-            time.sleep(pause)
-            snapshot = self.store.load(cid)
+            yield Sleep(pause)
+            snapshot = yield from call("load", cid)
         raise ConcurrencyError(
             f"compaction of conversation {cid!r} lost {COMPACTION_RETRIES.attempts} compare-and-swap races in a row"
         )
 
     # -- the summary ---------------------------------------------------------------------------
 
-    def _summary(self, cid: str, snapshot: Snapshot, cut: Cut, force: bool) -> tuple[Event | None, CompactionRecord]:
+    def _summary(self, cid: str, snapshot: Snapshot, cut: Cut, force: bool) -> Steps[tuple[Event | None, CompactionRecord]]:
         """The new summary of a cut (None: none is due) and the record of the compaction.
         Raises :class:`SummarizerError` when the summarizer failed and no fallback is due."""
         if not self.strategy.summarizes:
@@ -199,7 +198,7 @@ class Compactor:
         if self._unusable is None:
             started = time.monotonic()
             try:
-                summary = self._summarize(cid, snapshot, cut)
+                summary = yield from self._summarize(cid, snapshot, cut)
             except ConfigurationError as exc:
                 log.error("chat-memory: the summarizer cannot work (%s); compacting without summaries from now on", exc)
                 self._unusable = exc
@@ -220,7 +219,7 @@ class Compactor:
         stub = self._gap_summary(snapshot, cut, f"the summarizer cannot work: {self._unusable}")
         return stub, self._record(snapshot, cut, stub, forced=force, fallback=True, summarizer=model, reason=reason)
 
-    def _summarize(self, cid: str, snapshot: Snapshot, cut: Cut) -> Event:
+    def _summarize(self, cid: str, snapshot: Snapshot, cut: Cut) -> Steps[Event]:
         """A new summary of the previous one plus the cut's events, and of the events of any
         gap an earlier fallback left (read back from the archive), so the gap closes."""
         assert self.summarizer is not None
@@ -230,11 +229,11 @@ class Compactor:
         if isinstance(gap_from, int):
             gap = [
                 e
-                for e in self._history(cid)
+                for e in (yield from call("history", cid))
                 if e.archived and e.type in _REAL and gap_from <= (e.seq or 0) < (cut.archived[0].seq or 0)
             ]
             events = [*gap, *events]
-        text = run_summarizer(self.summarizer, previous.content if previous else None, events, self.strategy.upcoming(cut))
+        text = yield Summarize(self.summarizer, previous.content if previous else None, events, self.strategy.upcoming(cut))
         earlier = int(previous.metadata.get("summarized_events", 0)) if previous else 0
         summary = Event.summary(
             text, metadata={"summarized_through_seq": cut.through_seq, "summarized_events": len(cut.archived) + earlier}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import json
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
@@ -75,6 +77,33 @@ def run_summarizer(summarizer: Summarizer, previous: str | None, events: list[Ev
         raise
     except Exception as exc:
         raise SummarizerError(f"the summarizer failed: {type(exc).__name__}: {exc}") from exc
+    return checked_summary(text)
+
+
+async def arun_summarizer(summarizer: Any, previous: str | None, events: list[Event], upcoming: list[Event]) -> str:
+    """:func:`run_summarizer` for the async API: an ``async def summarize`` (or an async
+    function) is awaited; a sync one runs in a worker thread, never on the event loop."""
+    try:
+        if _is_async(summarizer):
+            text = await summarizer.summarize(previous, events, upcoming)
+        else:
+            text = await asyncio.to_thread(summarizer.summarize, previous, events, upcoming)
+    except (SummarizerError, ConfigurationError):
+        raise
+    except Exception as exc:
+        raise SummarizerError(f"the summarizer failed: {type(exc).__name__}: {exc}") from exc
+    return checked_summary(text)
+
+
+def _is_async(summarizer: Any) -> bool:
+    if isinstance(summarizer, FunctionSummarizer):
+        return inspect.iscoroutinefunction(summarizer.function)
+    return inspect.iscoroutinefunction(getattr(summarizer, "summarize", None))
+
+
+def checked_summary(text: Any) -> str:
+    """The summarizer's answer, stripped; no text or text that is not valid Unicode is a
+    :class:`SummarizerError`."""
     if not isinstance(text, str) or not text.strip():
         raise SummarizerError(f"the summarizer returned no summary ({text!r})")
     try:
@@ -149,41 +178,78 @@ class AnthropicSummarizer:
         self.max_tokens = max_tokens
         self.timeout = float(timeout)
         self.max_retries = max_retries
-        if client is None:
-            try:
-                import anthropic
-            except ModuleNotFoundError as exc:
-                raise ConfigurationError("the anthropic driver is missing; pip install 'chat-memory[anthropic]'") from exc
-            try:
-                client = anthropic.Anthropic()
-            except anthropic.AnthropicError as exc:
-                raise ConfigurationError(f"Summarizer model ({model!r}): the Anthropic client cannot be built: {exc}") from None
-            if not (getattr(client, "api_key", None) or getattr(client, "auth_token", None)):
-                raise ConfigurationError(
-                    f"Summarizer model ({model!r}) needs an Anthropic API key: set ANTHROPIC_API_KEY or pass client="
-                )
-        self.client = client
+        self.client = client if client is not None else self._default_client()
 
-    def summarize(self, previous: str | None, events: list[Event], upcoming: list[Event]) -> str:
-        client = self.client.with_options(timeout=self.timeout, max_retries=self.max_retries) if hasattr(self.client, "with_options") else self.client
+    _client_class = "Anthropic"
+
+    def _default_client(self) -> Any:
         try:
-            response = client.messages.create(
-                model=self.model,
-                max_tokens=self.max_tokens,
-                system=SUMMARY_SYSTEM_PROMPT,
-                messages=[{"role": "user", "content": summary_request(previous, events, upcoming)}],
+            import anthropic
+        except ModuleNotFoundError as exc:
+            raise ConfigurationError("the anthropic driver is missing; pip install 'chat-memory[anthropic]'") from exc
+        try:
+            client = getattr(anthropic, self._client_class)()
+        except anthropic.AnthropicError as exc:
+            raise ConfigurationError(f"Summarizer model ({self.model!r}): the Anthropic client cannot be built: {exc}") from None
+        if not (getattr(client, "api_key", None) or getattr(client, "auth_token", None)):
+            raise ConfigurationError(
+                f"Summarizer model ({self.model!r}) needs an Anthropic API key: set ANTHROPIC_API_KEY or pass client="
             )
-        except Exception as exc:
-            status = getattr(exc, "status_code", None)
-            if status in _NEVER_WORKS:
-                raise ConfigurationError(
-                    f"Summarizer model ({self.model!r}) cannot be used: HTTP {status} {_NEVER_WORKS[status]}: {exc}"
-                ) from exc
-            raise
+        return client
+
+    def _bounded_client(self) -> Any:
+        if hasattr(self.client, "with_options"):
+            return self.client.with_options(timeout=self.timeout, max_retries=self.max_retries)
+        return self.client
+
+    def _request(self, previous: str | None, events: list[Event], upcoming: list[Event]) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "system": SUMMARY_SYSTEM_PROMPT,
+            "messages": [{"role": "user", "content": summary_request(previous, events, upcoming)}],
+        }
+
+    def _never_works(self, exc: Exception) -> ConfigurationError | None:
+        """A ConfigurationError for an answer that says it can never work (else None)."""
+        status = getattr(exc, "status_code", None)
+        if status in _NEVER_WORKS:
+            return ConfigurationError(f"Summarizer model ({self.model!r}) cannot be used: HTTP {status} {_NEVER_WORKS[status]}: {exc}")
+        return None
+
+    def _text(self, response: Any) -> str:
         text = "".join(block.text for block in response.content if getattr(block, "type", None) == "text")
         if not text.strip():
             raise SummarizerError(f"{self.model} returned no summary text (stop_reason={response.stop_reason!r})")
         return text.strip()
+
+    def summarize(self, previous: str | None, events: list[Event], upcoming: list[Event]) -> str:
+        try:
+            response = self._bounded_client().messages.create(**self._request(previous, events, upcoming))
+        except Exception as exc:
+            never = self._never_works(exc)
+            if never is None:
+                raise
+            raise never from exc
+        return self._text(response)
+
+
+class AsyncAnthropicSummarizer(AnthropicSummarizer):
+    """:class:`AnthropicSummarizer` over ``anthropic.AsyncAnthropic`` for
+    :class:`~chat_memory.AsyncChatMemory`: ``summarize`` is a coroutine, bounded by the same
+    ``timeout`` and ``max_retries``, and the same answers are ConfigurationErrors."""
+
+    _client_class = "AsyncAnthropic"
+
+    async def summarize(self, previous: str | None, events: list[Event], upcoming: list[Event]) -> str:  # type: ignore[override]
+        try:
+            response = await self._bounded_client().messages.create(**self._request(previous, events, upcoming))
+        except Exception as exc:
+            never = self._never_works(exc)
+            if never is None:
+                raise
+            raise never from exc
+        return self._text(response)
 
 
 #: Answers after which a summarizer will never work without a change of settings.

@@ -152,6 +152,12 @@ class ConversationSearchTool:
 
     def run(self, arguments: dict[str, Any] | str | None) -> ToolOutput:
         """Run one call; never raises for bad arguments (they are reported to the model)."""
+        query = self._query(arguments)
+        if isinstance(query, ToolOutput):
+            return query
+        return ToolOutput(format_page(self._search(self.conversation_id, query), query))
+
+    def _query(self, arguments: dict[str, Any] | str | None) -> SearchQuery | ToolOutput:
         arguments = parse_arguments(arguments, '{"keyword": "invoice"}')
         if isinstance(arguments, ToolOutput):
             return arguments
@@ -159,15 +165,29 @@ class ConversationSearchTool:
         if unknown:
             return ToolOutput(f"Error: unknown argument(s) {', '.join(unknown)}; use keyword, page, match_mode.", True)
         try:
-            query = SearchQuery.build(
+            return SearchQuery.build(
                 arguments.get("keyword"), arguments.get("match_mode"), tool_page(arguments.get("page")), self.page_size
             )
         except SearchError as exc:
             return ToolOutput(f"Error: {exc}.", True)
-        return ToolOutput(format_page(self._search(self.conversation_id, query), query))
 
     def __call__(self, arguments: dict[str, Any] | str | None) -> str:
         return self.run(arguments).text
+
+
+class AsyncConversationSearchTool(ConversationSearchTool):
+    """:class:`ConversationSearchTool` whose ``run`` and ``__call__`` are coroutines (from
+    :meth:`AsyncChatMemory.search_tool <chat_memory.AsyncChatMemory.search_tool>`)."""
+
+    async def run(self, arguments: dict[str, Any] | str | None) -> ToolOutput:  # type: ignore[override]
+        """Run one call; never raises for bad arguments (they are reported to the model)."""
+        query = self._query(arguments)
+        if isinstance(query, ToolOutput):
+            return query
+        return ToolOutput(format_page(await self._search(self.conversation_id, query), query))
+
+    async def __call__(self, arguments: dict[str, Any] | str | None) -> str:  # type: ignore[override]
+        return (await self.run(arguments)).text
 
 
 FETCH_TOOL_NAME = "fetch_tool_result"
@@ -213,6 +233,12 @@ class FetchToolResultTool:
 
     def run(self, arguments: dict[str, Any] | str | None) -> ToolOutput:
         """Run one call; never raises for bad arguments (they are reported to the model)."""
+        call_id = self._call_id(arguments)
+        if isinstance(call_id, ToolOutput):
+            return call_id
+        return self._answer(call_id, self._fetch(self.conversation_id, call_id))
+
+    def _call_id(self, arguments: dict[str, Any] | str | None) -> str | ToolOutput:
         arguments = parse_arguments(arguments, '{"tool_call_id": "call_123"}')
         if isinstance(arguments, ToolOutput):
             return arguments
@@ -222,12 +248,29 @@ class FetchToolResultTool:
         call_id = arguments.get("tool_call_id")
         if not isinstance(call_id, str) or not call_id.strip():
             return ToolOutput(f"Error: tool_call_id ({call_id!r}) must be a non-blank string.", True)
-        found = self._fetch(self.conversation_id, call_id.strip())
+        return call_id.strip()
+
+    @staticmethod
+    def _answer(call_id: str, found: Event | None) -> ToolOutput:
         if found is None:
-            return ToolOutput(f"Error: no tool result with tool_call_id {call_id.strip()!r} in this conversation.", True)
+            return ToolOutput(f"Error: no tool result with tool_call_id {call_id!r} in this conversation.", True)
         tool = f" ({found.tool_name})" if found.tool_name else ""
         error = ", an error" if found.is_error else ""
         return ToolOutput(f"Full output of tool call {found.tool_call_id}{tool}{error}:\n{found.content}")
 
     def __call__(self, arguments: dict[str, Any] | str | None) -> str:
         return self.run(arguments).text
+
+
+class AsyncFetchToolResultTool(FetchToolResultTool):
+    """:class:`FetchToolResultTool` whose ``run`` and ``__call__`` are coroutines."""
+
+    async def run(self, arguments: dict[str, Any] | str | None) -> ToolOutput:  # type: ignore[override]
+        """Run one call; never raises for bad arguments (they are reported to the model)."""
+        call_id = self._call_id(arguments)
+        if isinstance(call_id, ToolOutput):
+            return call_id
+        return self._answer(call_id, await self._fetch(self.conversation_id, call_id))
+
+    async def __call__(self, arguments: dict[str, Any] | str | None) -> str:  # type: ignore[override]
+        return (await self.run(arguments)).text

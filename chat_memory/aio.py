@@ -1,0 +1,141 @@
+"""AsyncChatMemory: :class:`~chat_memory.ChatMemory` for asyncio. Every method is a
+coroutine with the same arguments, results and guarantees; the decisions are the very same
+code (:mod:`chat_memory.core`, driven by :func:`chat_memory.steps.arun`), only the store and
+the summarizer are awaited. See docs/async.md."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from .backends.aio import AsyncStore, ThreadedStore
+from .backends.base import Store, check_conversation_id
+from .compaction import CompactionRecord, CompactionResult
+from .compression import compress_window
+from .config import MemoryConfig
+from .core import MemoryCore, MemoryStats
+from .errors import ConfigurationError
+from .events import Event
+from .render import to_anthropic, to_openai
+from .search import SearchPage, SearchQuery
+from .steps import arun
+from .summarizer import Summarizer
+from .tokens import TokenCounter
+from .tools import AsyncConversationSearchTool, AsyncFetchToolResultTool
+
+
+class AsyncChatMemory:
+    """Chat memory for asyncio over an :class:`~chat_memory.backends.aio.AsyncStore` (a sync
+    :class:`~chat_memory.Store` is accepted too and run in a
+    :class:`~chat_memory.backends.aio.ThreadedStore`). The summarizer may be ``async def``
+    (awaited, e.g. :class:`~chat_memory.summarizer.AsyncAnthropicSummarizer`) or sync (run
+    in a worker thread); nothing blocks the event loop.
+
+    >>> memory = AsyncChatMemory(open_async_store("redis://localhost:6379/0"), {"max_turns": 20})
+    >>> await memory.add("conv-1", [Event.user("Hi"), Event.assistant("Hello")])
+    """
+
+    def __init__(
+        self,
+        store: AsyncStore | Store,
+        config: MemoryConfig | dict[str, Any] | None = None,
+        summarizer: Summarizer | Any = None,
+        token_counter: TokenCounter | None = None,
+    ) -> None:
+        if isinstance(store, Store):
+            store = ThreadedStore(store)
+        if not isinstance(store, AsyncStore):
+            raise ConfigurationError(f"store ({store!r}) must be an AsyncStore (open_async_store(url)) or a Store")
+        self._core = MemoryCore(config, summarizer, token_counter)
+        self.store = store
+        self.config = self._core.config
+        self.summarizer = self._core.summarizer
+        self.strategy = self._core.strategy
+        self.token_counter = self._core.token_counter
+
+    # -- writing ---------------------------------------------------------------------------
+
+    async def add(self, conversation_id: str, events: Event | Iterable[Event]) -> list[Event]:
+        """:meth:`ChatMemory.add <chat_memory.ChatMemory.add>`: append atomically and in
+        order, idempotent per event id, tool pairs checked, compaction when a limit is
+        exceeded (a failing compaction does not fail the append)."""
+        return await arun(self._core.add(conversation_id, events, self.store.compacts_while_appending), self.store)
+
+    async def compact(self, conversation_id: str, force: bool = False) -> CompactionResult:
+        """:meth:`ChatMemory.compact <chat_memory.ChatMemory.compact>`: run the strategy now;
+        with ``force``, archive every turn but the newest (the overflow safety net)."""
+        return await arun(self._core.compact(conversation_id, force), self.store)
+
+    async def compactions(self, conversation_id: str) -> list[CompactionRecord]:
+        """The conversation's newest compactions (50 at most), oldest first."""
+        return await arun(self._core.compactions(conversation_id), self.store)
+
+    async def clear(self, conversation_id: str) -> None:
+        """Delete the conversation: window, summary and archive."""
+        await self.store.clear(check_conversation_id(conversation_id))
+
+    # -- reading ---------------------------------------------------------------------------
+
+    async def window(self, conversation_id: str) -> list[Event]:
+        """What the model sees now: pinned system events, the summary, the active events."""
+        return await arun(self._core.window(conversation_id), self.store)
+
+    async def history(self, conversation_id: str) -> list[Event]:
+        """Every stored event, archived included, oldest first."""
+        return await self.store.history(check_conversation_id(conversation_id))
+
+    async def search(
+        self,
+        conversation_id: str,
+        keyword: str,
+        page: int = 0,
+        match_mode: str = "phrase",
+        page_size: int | None = None,
+        include_recall_tools: bool = False,
+    ) -> SearchPage:
+        """:meth:`ChatMemory.search <chat_memory.ChatMemory.search>`: literal,
+        case-insensitive search over the whole conversation, oldest match first."""
+        return await self.run_search(conversation_id, self._core.query(keyword, page, match_mode, page_size, include_recall_tools))
+
+    async def run_search(self, conversation_id: str, query: SearchQuery) -> SearchPage:
+        """Run an already validated query and page its results."""
+        return await arun(self._core.run_search(conversation_id, query), self.store)
+
+    def search_tool(self, conversation_id: str) -> AsyncConversationSearchTool:
+        """The ``conversation_search`` tool bound to one conversation; ``await tool(arguments)``."""
+        return AsyncConversationSearchTool(self.run_search, check_conversation_id(conversation_id), self.config.search_page_size)
+
+    def fetch_tool(self, conversation_id: str) -> AsyncFetchToolResultTool:
+        """The ``fetch_tool_result`` tool bound to one conversation; ``await tool(arguments)``."""
+        return AsyncFetchToolResultTool(self.fetch_tool_result, check_conversation_id(conversation_id))
+
+    async def fetch_tool_result(self, conversation_id: str, tool_call_id: str) -> Event | None:
+        """The stored (full) result of the tool call ``tool_call_id``, archived or not (None: none)."""
+        return await arun(self._core.fetch_tool_result(conversation_id, tool_call_id), self.store)
+
+    async def model_window(self, conversation_id: str) -> list[Event]:
+        """:meth:`window` with large tool results already read replaced by stubs when
+        ``compress_tool_results`` is on."""
+        return compress_window(await self.window(conversation_id), self.config, self.token_counter)
+
+    async def to_anthropic(self, conversation_id: str, system_prompt: str | None = None, **options: Any) -> Any:
+        """``(system, messages)`` for the Anthropic Messages API (see :meth:`ChatMemory.to_anthropic
+        <chat_memory.ChatMemory.to_anthropic>`)."""
+        options.setdefault("summary_placement", self.config.summary_placement)
+        return to_anthropic(await self.model_window(conversation_id), system_prompt, **options)
+
+    async def to_openai(self, conversation_id: str, system_prompt: str | None = None, **options: Any) -> Any:
+        """Chat Completions messages from :meth:`model_window`."""
+        options.setdefault("summary_placement", self.config.summary_placement)
+        return to_openai(await self.model_window(conversation_id), system_prompt, **options)
+
+    async def stats(self, conversation_id: str) -> MemoryStats:
+        """Counts of the window and archive, the version, and the last compaction error."""
+        return await arun(self._core.stats(conversation_id), self.store)
+
+    async def aclose(self) -> None:
+        """Close the store."""
+        await self.store.aclose()
+
+
+__all__ = ["AsyncChatMemory"]

@@ -1,0 +1,186 @@
+"""Stores for :class:`~chat_memory.AsyncChatMemory`: the :class:`AsyncStore` protocol (the
+:class:`~chat_memory.backends.base.Store` methods as coroutines), :class:`ThreadedStore`
+(any sync store in a bounded thread pool) and :func:`open_async_store`.
+
+Native async stores (Redis over ``redis.asyncio``) subclass :class:`AsyncStore` and declare
+``schemes``; every other URL gets its sync store in a :class:`ThreadedStore` — documented in
+docs/async.md, never hidden: ``open_async_store(url).native`` says which it is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import importlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, ClassVar
+from urllib.parse import urlsplit
+
+from ..errors import ConfigurationError
+from ..events import Event
+from ..search import SearchQuery, SearchResult
+from .base import CompactionPlan, CompactsWhileAppending, Snapshot, Store
+
+#: Worker threads of a :class:`ThreadedStore` unless told otherwise: enough to keep a
+#: connection pool busy, few enough that 1,000 waiting conversations queue instead of
+#: starting 1,000 threads.
+DEFAULT_MAX_WORKERS = 16
+
+_native: dict[str, type[AsyncStore]] = {}
+#: Modules holding native async stores, imported only by :func:`open_async_store`.
+_NATIVE_MODULES: tuple[str, ...] = ()
+
+
+class AsyncStore(ABC):
+    """The store protocol as coroutines (same names, arguments and guarantees as
+    :class:`~chat_memory.backends.base.Store`). ``compacts_while_appending`` says whether
+    :meth:`append_compacting` may be used (one write per turn for non-summarising strategies)."""
+
+    #: URL schemes :func:`open_async_store` serves with this class (natively async).
+    schemes: ClassVar[tuple[str, ...]] = ()
+    #: True for a natively async store, False for a sync one in threads.
+    native: ClassVar[bool] = True
+    compacts_while_appending: bool = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for scheme in cls.__dict__.get("schemes", ()):
+            _native[scheme.lower()] = cls
+
+    @abstractmethod
+    async def load(self, conversation_id: str) -> Snapshot: ...
+
+    @abstractmethod
+    async def append(self, conversation_id: str, events: Sequence[Event]) -> Snapshot: ...
+
+    async def append_compacting(
+        self, conversation_id: str, events: Sequence[Event], planner: Callable[[Snapshot], CompactionPlan | None]
+    ) -> tuple[Snapshot, bool]:
+        raise NotImplementedError(f"{type(self).__name__} does not compact while appending")
+
+    @abstractmethod
+    async def apply(self, conversation_id: str, plan: CompactionPlan) -> bool: ...
+
+    @abstractmethod
+    async def history(self, conversation_id: str) -> list[Event]: ...
+
+    @abstractmethod
+    async def find_tool_events(self, conversation_id: str, tool_call_ids: Collection[str]) -> list[Event]: ...
+
+    @abstractmethod
+    async def search(self, conversation_id: str, query: SearchQuery) -> SearchResult: ...
+
+    @abstractmethod
+    async def record_compaction_error(self, conversation_id: str, message: str | None) -> None: ...
+
+    @abstractmethod
+    async def compactions(self, conversation_id: str) -> list[dict[str, Any]]: ...
+
+    @abstractmethod
+    async def clear(self, conversation_id: str) -> None: ...
+
+    @abstractmethod
+    async def conversations(self) -> list[str]: ...
+
+    async def aclose(self) -> None:
+        """Release what this store owns (clients passed in by the caller are left open)."""
+
+    async def __aenter__(self) -> AsyncStore:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+
+class ThreadedStore(AsyncStore):
+    """Any sync :class:`~chat_memory.backends.base.Store` for the async API: each call runs in
+    a bounded :class:`~concurrent.futures.ThreadPoolExecutor` of ``max_workers`` threads, so
+    the event loop never waits on the driver. Used for S3 (boto3 has no async driver worth
+    it), for SQL, and for any store without a native async twin. More callers than workers
+    queue for a thread (keep ``max_workers`` at or below the store's connection pool)."""
+
+    native = False
+
+    def __init__(self, store: Store, max_workers: int = DEFAULT_MAX_WORKERS) -> None:
+        if not isinstance(store, Store):
+            raise ConfigurationError(f"store ({store!r}) must be a chat_memory Store")
+        if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
+            raise ConfigurationError(f"max_workers ({max_workers!r}) must be a whole number, 1 or more")
+        self.store = store
+        self.max_workers = max_workers
+        self.compacts_while_appending = isinstance(store, CompactsWhileAppending)
+        self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="chat-memory")
+        self._closed = False
+
+    async def _run(self, method: str, *args: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, functools.partial(getattr(self.store, method), *args))
+
+    async def load(self, conversation_id: str) -> Snapshot:
+        return await self._run("load", conversation_id)  # type: ignore[no-any-return]
+
+    async def append(self, conversation_id: str, events: Sequence[Event]) -> Snapshot:
+        return await self._run("append", conversation_id, events)  # type: ignore[no-any-return]
+
+    async def append_compacting(
+        self, conversation_id: str, events: Sequence[Event], planner: Callable[[Snapshot], CompactionPlan | None]
+    ) -> tuple[Snapshot, bool]:
+        if not self.compacts_while_appending:
+            return await super().append_compacting(conversation_id, events, planner)
+        return await self._run("append_compacting", conversation_id, events, planner)  # type: ignore[no-any-return]
+
+    async def apply(self, conversation_id: str, plan: CompactionPlan) -> bool:
+        return await self._run("apply", conversation_id, plan)  # type: ignore[no-any-return]
+
+    async def history(self, conversation_id: str) -> list[Event]:
+        return await self._run("history", conversation_id)  # type: ignore[no-any-return]
+
+    async def find_tool_events(self, conversation_id: str, tool_call_ids: Collection[str]) -> list[Event]:
+        return await self._run("find_tool_events", conversation_id, tool_call_ids)  # type: ignore[no-any-return]
+
+    async def search(self, conversation_id: str, query: SearchQuery) -> SearchResult:
+        return await self._run("search", conversation_id, query)  # type: ignore[no-any-return]
+
+    async def record_compaction_error(self, conversation_id: str, message: str | None) -> None:
+        await self._run("record_compaction_error", conversation_id, message)
+
+    async def compactions(self, conversation_id: str) -> list[dict[str, Any]]:
+        return await self._run("compactions", conversation_id)  # type: ignore[no-any-return]
+
+    async def clear(self, conversation_id: str) -> None:
+        await self._run("clear", conversation_id)
+
+    async def conversations(self) -> list[str]:
+        return await self._run("conversations")  # type: ignore[no-any-return]
+
+    async def aclose(self) -> None:
+        """Close the sync store (in a worker) and stop the pool; a second call does nothing."""
+        if self._closed:
+            return
+        self._closed = True
+        await asyncio.get_running_loop().run_in_executor(self._executor, self.store.close)
+        self._executor.shutdown(wait=False)
+
+    def __repr__(self) -> str:
+        return f"ThreadedStore({type(self.store).__name__}, max_workers={self.max_workers})"
+
+
+def open_async_store(url: str | None = None, *, max_workers: int = DEFAULT_MAX_WORKERS, **options: Any) -> AsyncStore:
+    """:func:`~chat_memory.open_store` for the async API: a native async store where there is
+    one (``redis://``, ``rediss://``, ``redis+cluster://``), else the sync store of the URL in
+    a :class:`ThreadedStore` of ``max_workers`` threads. Options are the store's own."""
+    from . import open_store
+
+    if url is not None and isinstance(url, str):
+        scheme = urlsplit(url).scheme.lower()
+        for module in _NATIVE_MODULES:
+            importlib.import_module(module)
+        native = _native.get(scheme)
+        if native is not None:
+            return native.from_url(url, **options)  # type: ignore[attr-defined,no-any-return]
+    return ThreadedStore(open_store(url, **options), max_workers=max_workers)
+
+
+__all__ = ["DEFAULT_MAX_WORKERS", "AsyncStore", "ThreadedStore", "open_async_store"]

@@ -1,0 +1,139 @@
+"""Sync facades over the async API, for running the sync test suites against it: each
+coroutine is run on one background event loop (a thread of its own) and waited for.
+
+- :class:`BlockingStore` turns an :class:`~chat_memory.backends.aio.AsyncStore` back into a
+  :class:`~chat_memory.Store` (for the store conformance suite);
+- :class:`BlockingMemory` is :class:`~chat_memory.ChatMemory`-shaped over
+  :class:`~chat_memory.AsyncChatMemory` (for the engine's behaviour tests).
+
+Test helpers only: production code awaits the async API instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import threading
+from collections.abc import Callable, Collection, Coroutine, Sequence
+from typing import Any, TypeVar
+
+from ..aio import AsyncChatMemory
+from ..backends.aio import AsyncStore, ThreadedStore
+from ..backends.base import CompactionPlan, CompactsWhileAppending, Snapshot, Store
+from ..events import Event
+from ..search import SearchQuery, SearchResult
+
+T = TypeVar("T")
+_loop: asyncio.AbstractEventLoop | None = None
+_lock = threading.Lock()
+
+
+def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Run ``coroutine`` on the shared background loop and wait for its result."""
+    global _loop
+    with _lock:
+        if _loop is None:
+            _loop = asyncio.new_event_loop()
+            threading.Thread(target=_loop.run_forever, name="chat-memory-blocking", daemon=True).start()
+    return asyncio.run_coroutine_threadsafe(coroutine, _loop).result()
+
+
+class BlockingStore(Store):
+    """An :class:`AsyncStore` as a sync :class:`Store` (see :func:`blocking_store`)."""
+
+    def __init__(self, store: AsyncStore) -> None:
+        self.async_store = store
+        inner = getattr(store, "store", None)
+        if inner is not None:
+            self.default_max_archived_events = inner.default_max_archived_events
+            self.compaction_records_kept = inner.compaction_records_kept
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> BlockingStore:
+        from ..backends.aio import open_async_store
+
+        return blocking_store(open_async_store(url, **options))
+
+    def load(self, conversation_id: str) -> Snapshot:
+        return run_blocking(self.async_store.load(conversation_id))
+
+    def append(self, conversation_id: str, events: Sequence[Event]) -> Snapshot:
+        return run_blocking(self.async_store.append(conversation_id, events))
+
+    def apply(self, conversation_id: str, plan: CompactionPlan) -> bool:
+        return run_blocking(self.async_store.apply(conversation_id, plan))
+
+    def history(self, conversation_id: str) -> list[Event]:
+        return run_blocking(self.async_store.history(conversation_id))
+
+    def find_tool_events(self, conversation_id: str, tool_call_ids: Collection[str]) -> list[Event]:
+        return run_blocking(self.async_store.find_tool_events(conversation_id, tool_call_ids))
+
+    def search(self, conversation_id: str, query: SearchQuery) -> SearchResult:
+        return run_blocking(self.async_store.search(conversation_id, query))
+
+    def record_compaction_error(self, conversation_id: str, message: str | None) -> None:
+        run_blocking(self.async_store.record_compaction_error(conversation_id, message))
+
+    def compactions(self, conversation_id: str) -> list[dict[str, Any]]:
+        return run_blocking(self.async_store.compactions(conversation_id))
+
+    def clear(self, conversation_id: str) -> None:
+        run_blocking(self.async_store.clear(conversation_id))
+
+    def conversations(self) -> list[str]:
+        return run_blocking(self.async_store.conversations())
+
+    def close(self) -> None:
+        run_blocking(self.async_store.aclose())
+
+
+class _CompactingBlockingStore(BlockingStore, CompactsWhileAppending):
+    def append_compacting(
+        self, conversation_id: str, events: Sequence[Event], planner: Callable[[Snapshot], CompactionPlan | None]
+    ) -> tuple[Snapshot, bool]:
+        return run_blocking(self.async_store.append_compacting(conversation_id, events, planner))
+
+
+def blocking_store(store: AsyncStore) -> BlockingStore:
+    """``store`` as a sync Store, declaring :class:`CompactsWhileAppending` only when it can."""
+    return (_CompactingBlockingStore if store.compacts_while_appending else BlockingStore)(store)
+
+
+class BlockingMemory:
+    """:class:`~chat_memory.ChatMemory`'s signature over :class:`AsyncChatMemory` (a sync
+    store is put in a :class:`ThreadedStore`); the tools it returns are blocking too."""
+
+    def __init__(self, store: Store | AsyncStore, config: Any = None, summarizer: Any = None, token_counter: Any = None) -> None:
+        async_store = ThreadedStore(store) if isinstance(store, Store) else store
+        self.async_memory = AsyncChatMemory(async_store, config, summarizer, token_counter)
+
+    def __getattr__(self, name: str) -> Any:
+        found = getattr(self.async_memory, name)
+        if inspect.iscoroutinefunction(found):
+            return functools.partial(_blocking_call, found)
+        if name in ("search_tool", "fetch_tool"):
+            return lambda *args: _BlockingTool(found(*args))
+        return found
+
+
+def _blocking_call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    return run_blocking(function(*args, **kwargs))
+
+
+class _BlockingTool:
+    def __init__(self, tool: Any) -> None:
+        self.tool = tool
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.tool, name)
+
+    def run(self, arguments: Any) -> Any:
+        return run_blocking(self.tool.run(arguments))
+
+    def __call__(self, arguments: Any) -> str:
+        return run_blocking(self.tool(arguments))  # type: ignore[no-any-return]
+
+
+__all__ = ["BlockingMemory", "BlockingStore", "blocking_store", "run_blocking"]

@@ -1,0 +1,261 @@
+"""AsyncChatMemory and the async stores: the store conformance suite through a blocking
+facade, the engine's behaviour tests run against AsyncChatMemory on every store, async
+summarizers and tools, and many conversations on one event loop that never stalls it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+import tests.test_conformance as conformance
+from chat_memory import (
+    AsyncChatMemory,
+    ConfigurationError,
+    Event,
+    InvalidEventError,
+    MemoryConfig,
+    ThreadedStore,
+    open_async_store,
+)
+from chat_memory.backends.aio import AsyncStore
+from chat_memory.backends.in_memory import InMemoryStore
+from chat_memory.testing.blocking import BlockingMemory, blocking_store
+from chat_memory.testing.store_conformance import StoreConformance
+from tests.conftest import STORE_PARAMS
+from tests.helpers import fixed_tokens, turn
+
+
+class TestThreadedStores(StoreConformance):
+    """The store protocol, through ThreadedStore, on every backend."""
+
+    @pytest.fixture(params=STORE_PARAMS)
+    def store(self, request):
+        return blocking_store(ThreadedStore(request.getfixturevalue(request.param), max_workers=4))
+
+
+#: The engine's behaviour tests (tests/test_conformance.py) re-run with AsyncChatMemory:
+#: add, window, search, compaction, idempotency, tool pairs and the safety nets.
+ENGINE_TESTS = [
+    "test_append_assigns_gap_free_seq_and_keeps_order",
+    "test_stored_fields_round_trip",
+    "test_system_events_are_pinned_and_never_archived",
+    "test_window_is_pinned_then_summary_then_active",
+    "test_turn_window_keeps_whole_turns",
+    "test_newest_turn_is_never_archived_even_when_over_the_limit",
+    "test_token_count_archives_until_the_window_fits",
+    "test_recursive_summarization_replaces_the_summary_and_sees_overlap",
+    "test_summarizer_outage_loses_nothing_and_is_retried",
+    "test_empty_summary_is_a_failure_not_a_loss",
+    "test_compact_reports_what_it_did",
+    "test_stale_compaction_after_concurrent_append_is_replanned",
+    "test_search_is_literal_case_insensitive_and_paged",
+    "test_search_covers_tool_calls_and_results_and_match_modes",
+    "test_bad_events_are_refused_and_nothing_is_stored",
+    "test_tool_result_may_follow_its_call_in_a_later_add",
+    "test_clear_removes_everything_and_restarts_seq",
+    "test_add_is_idempotent_per_event_id",
+    "test_concurrent_retries_of_one_add_store_it_once",
+]
+
+
+@pytest.mark.parametrize("name", ENGINE_TESTS)
+def test_engine_behaviour_through_the_async_api(name, store, monkeypatch):
+    def memory(store, **config):
+        return BlockingMemory(store, MemoryConfig(**config), token_counter=fixed_tokens)
+
+    monkeypatch.setattr(conformance, "memory", memory)
+    monkeypatch.setattr(conformance, "ChatMemory", BlockingMemory)
+    getattr(conformance, name)(store)
+
+
+def test_every_selected_engine_test_exists():
+    assert all(callable(getattr(conformance, name, None)) for name in ENGINE_TESTS)
+
+
+# -- the async API itself -------------------------------------------------------------------
+
+
+def test_async_summarizer_is_awaited_and_sync_one_runs_off_the_loop(store):
+    loop_threads: list[bool] = []
+
+    class AsyncSummary:
+        async def summarize(self, previous, events, upcoming):
+            await asyncio.sleep(0)
+            return f"async summary of {len(events)}"
+
+    def sync_summary(previous, events, upcoming):
+        loop_threads.append(_on_a_loop())
+        return "sync summary"
+
+    config = {"compaction_strategy": "recursive_summarization", "max_events": 4, "max_events_to_keep": 2, "overlap_size": 0}
+
+    async def main():
+        for cid, summarizer in (("a", AsyncSummary()), ("s", sync_summary)):
+            memory = AsyncChatMemory(ThreadedStore(store), config, summarizer=summarizer, token_counter=fixed_tokens)
+            for i in range(4):
+                await memory.add(cid, turn(f"q{i}"))
+            yield_summary = (await memory.window(cid))[0]
+            assert yield_summary.type.value == "summary"
+            yield cid, yield_summary.content
+
+    async def collect():
+        return [item async for item in main()]
+
+    found = dict(asyncio.run(collect()))
+    assert found["a"].startswith("async summary of") and found["s"] == "sync summary"
+    assert loop_threads and not any(loop_threads)
+
+
+def _on_a_loop() -> bool:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return False
+    return True
+
+
+def test_async_tools_search_and_fetch(store):
+    async def main():
+        memory = AsyncChatMemory(store, token_counter=fixed_tokens)  # a sync Store: ThreadedStore
+        assert isinstance(memory.store, ThreadedStore)
+        call = Event.tool_call("lookup", {"q": "x"}, call_id="c-1")
+        await memory.add("t", [Event.user("the invoice number is INV-77"), call, Event.tool_result("c-1", "full output")])
+        found = await memory.search_tool("t")({"keyword": "inv-77"})
+        fetched = await memory.fetch_tool("t")({"tool_call_id": "c-1"})
+        bad = await memory.search_tool("t").run({"keyword": ""})
+        system, messages = await memory.to_anthropic("t", "be brief")
+        openai = await memory.to_openai("t")
+        stats = await memory.stats("t")
+        return found, fetched, bad, messages, openai, stats
+
+    found, fetched, bad, messages, openai, stats = asyncio.run(main())
+    assert "INV-77" in found and "full output" in fetched and bad.is_error
+    assert messages[0]["role"] == "user" and openai[0]["role"] == "user"
+    assert stats.active_events == 3
+
+
+def test_bad_input_is_refused_alike():
+    async def main():
+        memory = AsyncChatMemory(InMemoryStore())
+        with pytest.raises(InvalidEventError, match=r"events\[0\]"):
+            await memory.add("c", ["not an event"])
+        with pytest.raises(InvalidEventError, match="tool_call_id"):
+            await memory.add("c", Event.tool_result("nope", "x"))
+
+    asyncio.run(main())
+    with pytest.raises(ConfigurationError, match="store"):
+        AsyncChatMemory("memory://")
+    with pytest.raises(ConfigurationError, match="max_workers"):
+        ThreadedStore(InMemoryStore(), max_workers=0)
+
+
+def test_open_async_store_threads_the_sync_store(sqlite_url):
+    store = open_async_store(sqlite_url, max_workers=3)
+    assert isinstance(store, ThreadedStore) and not store.native and store.max_workers == 3
+    asyncio.run(store.aclose())
+
+
+# -- nothing blocks the loop ----------------------------------------------------------------
+
+
+class OnTheLoop(AsyncStore):
+    """A wrong async store that calls its sync store on the loop thread (the control)."""
+
+    def __init__(self, store):
+        self.store = store
+
+    def __getattribute__(self, name):
+        if name in ("store", "compacts_while_appending", "native") or name.startswith("__"):
+            return object.__getattribute__(self, name)
+        method = getattr(object.__getattribute__(self, "store"), name)
+
+        async def call(*args):
+            return method(*args)
+
+        return call
+
+    load = append = apply = history = find_tool_events = search = None  # type: ignore[assignment]
+    record_compaction_error = compactions = clear = conversations = None  # type: ignore[assignment]
+
+
+async def _ticks_during_adds(store: AsyncStore, conversations: int, turns: int) -> int:
+    """How often a ticker coroutine ran while some ``add`` was in flight."""
+    memory = AsyncChatMemory(store, {"compaction_strategy": "turn_window", "max_turns": 3}, token_counter=fixed_tokens)
+    in_flight = 0
+    done = asyncio.Event()
+    ticks = 0
+
+    async def ticker():
+        nonlocal ticks
+        while not done.is_set():
+            await asyncio.sleep(0)
+            ticks += in_flight > 0
+
+    async def conversation(i):
+        nonlocal in_flight
+        for t in range(turns):
+            in_flight += 1
+            try:
+                await memory.add(f"conv-{i}", turn(f"c{i} t{t}"))
+            finally:
+                in_flight -= 1
+
+    tick = asyncio.create_task(ticker())
+    await asyncio.gather(*(conversation(i) for i in range(conversations)))
+    done.set()
+    await tick
+    for i in range(conversations):
+        assert len(await memory.window(f"conv-{i}")) == 2 * min(turns, 3)
+    return ticks
+
+
+@pytest.mark.parametrize("backend", ["sqlite_store", "redis_store"])
+def test_200_conversations_on_one_loop_never_block_it(backend, request):
+    store = request.getfixturevalue(backend)
+    ticks = asyncio.run(_ticks_during_adds(ThreadedStore(store, max_workers=8), conversations=200, turns=4))
+    # 800 adds, each several awaited store calls: the loop ran other work while they waited
+    assert ticks >= 200
+
+
+def test_the_ticker_sees_a_store_that_blocks_the_loop(sqlite_store):
+    assert asyncio.run(_ticks_during_adds(OnTheLoop(sqlite_store), conversations=20, turns=2)) == 0
+
+
+class _AsyncMessages:
+    def __init__(self, outcome):
+        self.outcome = outcome
+        self.requests = []
+
+    async def create(self, **request):
+        self.requests.append(request)
+        if isinstance(self.outcome, Exception):
+            raise self.outcome
+        return self.outcome
+
+
+class _AsyncClient:
+    def __init__(self, outcome):
+        self.messages = _AsyncMessages(outcome)
+        self.options = None
+
+    def with_options(self, **options):
+        self.options = options
+        return self
+
+
+def test_async_anthropic_summarizer_is_bounded_and_maps_never_works():
+    from types import SimpleNamespace
+
+    from chat_memory import AsyncAnthropicSummarizer
+
+    reply = SimpleNamespace(content=[SimpleNamespace(type="text", text=" the summary ")], stop_reason="end_turn")
+    client = _AsyncClient(reply)
+    summarizer = AsyncAnthropicSummarizer(model="claude-test", client=client, timeout=7, max_retries=1)
+    assert asyncio.run(summarizer.summarize(None, [Event.user("hi")], [])) == "the summary"
+    assert client.options == {"timeout": 7.0, "max_retries": 1}
+    assert client.messages.requests[0]["model"] == "claude-test"
+    refused = Exception("no such model")
+    refused.status_code = 404  # type: ignore[attr-defined]
+    with pytest.raises(ConfigurationError, match="claude-test"):
+        asyncio.run(AsyncAnthropicSummarizer(model="claude-test", client=_AsyncClient(refused)).summarize(None, [], []))
