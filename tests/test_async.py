@@ -62,7 +62,7 @@ ENGINE_TESTS = [
 @pytest.mark.parametrize("name", ENGINE_TESTS)
 def test_engine_behaviour_through_the_async_api(name, store, monkeypatch):
     def memory(store, **config):
-        return BlockingMemory(store, MemoryConfig(**config), token_counter=fixed_tokens)
+        return BlockingMemory(store, MemoryConfig(**{"compact_to_ratio": 1.0, **config}), token_counter=fixed_tokens)
 
     monkeypatch.setattr(conformance, "memory", memory)
     monkeypatch.setattr(conformance, "ChatMemory", BlockingMemory)
@@ -181,7 +181,7 @@ class OnTheLoop(AsyncStore):
 
 async def _ticks_during_adds(store: AsyncStore, conversations: int, turns: int) -> int:
     """How often a ticker coroutine ran while some ``add`` was in flight."""
-    memory = AsyncChatMemory(store, {"compaction_strategy": "turn_window", "max_turns": 3}, token_counter=fixed_tokens)
+    memory = AsyncChatMemory(store, {"compaction_strategy": "turn_window", "max_turns": 3, "compact_to_ratio": 1.0}, token_counter=fixed_tokens)
     in_flight = 0
     done = asyncio.Event()
     ticks = 0
