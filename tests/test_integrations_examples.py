@@ -11,7 +11,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = {
-    "langchain_memory.py": ("langchain.agents", ["6", "archived] Our new service is code-named Bluefin.", "8"]),
+    "langchain_memory.py": ("langchain.agents", ["6", "archived] Our new service is code-named Bluefin.", "12"]),
     "openai_agents_session.py": ("agents", ["[{'role': 'assistant', 'content': 'It has shipped.'}]", "conversation_search"]),
 }
 

@@ -128,8 +128,15 @@ class InMemoryStore(CompactsWhileAppending, Store):
             conv = self._conversations.get(cid)
             if conv is None or conv.version != plan.expected_version:
                 return False
+            moved = []
             while conv.active and (conv.active[0].seq or 0) <= plan.archive_through_seq:
-                conv.archive.append(archived_copy(conv.active.popleft()))
+                moved.append(archived_copy(conv.active.popleft()))
+            if moved and conv.archive and (conv.archive[-1].seq or 0) > (moved[0].seq or 0):
+                # a pin superseded after these events were written sits later in the archive:
+                # keep it in seq order, so the cap below drops the oldest, as every store does
+                conv.archive = deque(sorted([*conv.archive, *moved], key=lambda e: e.seq or 0))
+            else:
+                conv.archive.extend(moved)
             if plan.summary is not None:
                 if conv.summary is not None:
                     conv.archive.append(archived_copy(conv.summary))
