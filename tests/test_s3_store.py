@@ -86,10 +86,14 @@ def is_head(url: str) -> bool:
 
 
 def _per_add_cost(store: S3Store, stored: int) -> tuple[float, float]:
-    """Grow a conversation to ``stored`` events (in big batches), then measure 32 turns."""
+    """Grow a conversation to ``stored`` events (in big batches), then measure 32 turns (after
+    enough turns that the head holds its full set of compaction records, as any long
+    conversation's does: a head still filling up would look cheaper)."""
     m = memory(store, compaction_strategy="turn_window", max_turns=3)
     while store.load("c").last_seq < stored:
         m.add("c", [e for i in range(100) for e in turn(f"seed {i} " + "lorem ipsum " * 8)])
+    while len(store.compactions("c")) < store.compaction_records_kept:
+        m.add("c", turn("warm-up " + "lorem ipsum " * 8))
     traffic = Traffic(store.client)
     for i in range(32):
         m.add("c", turn(f"question {i} " + "lorem ipsum " * 8))
@@ -101,7 +105,7 @@ def test_requests_and_bytes_per_add_do_not_grow_with_the_archive(s3_mock_client)
     large = S3Store(s3_mock_client, "cost-bucket", "large")
     small_requests, small_bytes = _per_add_cost(small, 200)
     large_requests, large_bytes = _per_add_cost(large, 4000)
-    assert large.load("c").archived_count == 1000 and small.load("c").archived_count < 300
+    assert large.load("c").archived_count == 1000 and small.load("c").archived_count < 400
     # 20x the stored events; the head lists a few more segment refs (~40 bytes each)
     assert large_requests <= small_requests * 1.1
     assert large_bytes <= small_bytes * 1.25
