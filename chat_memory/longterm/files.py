@@ -299,9 +299,9 @@ class MemoryFiles(ABC):
         self._transact(attempt, f"restoring {path}")
         return f"Restored {path} to version {revision}."
 
+    @abstractmethod
     def namespaces(self) -> list[str]:
         """Every namespace of this store that holds files (for the command line)."""
-        raise NotImplementedError
 
     def clear(self) -> None:
         """Delete every file and version of this namespace."""
