@@ -259,3 +259,24 @@ def test_async_anthropic_summarizer_is_bounded_and_maps_never_works():
     refused.status_code = 404  # type: ignore[attr-defined]
     with pytest.raises(ConfigurationError, match="claude-test"):
         asyncio.run(AsyncAnthropicSummarizer(model="claude-test", client=_AsyncClient(refused)).summarize(None, [], []))
+
+
+def test_append_compacting_falls_back_to_append_then_compare_and_swap(fakeredis_store):
+    """A store without the one-write ability still takes append_compacting: two writes."""
+    from chat_memory import ThreadedStore
+    from chat_memory.backends.base import CompactionPlan
+
+    store = ThreadedStore(fakeredis_store)
+    assert not store.compacts_while_appending
+
+    async def run():
+        await store.append("c", turn("q0"))
+        snapshot, applied = await store.append_compacting(
+            "c", turn("q1"), lambda s: CompactionPlan(s.version, archive_through_seq=2)
+        )
+        assert applied and snapshot.last_seq == 4
+        assert [e.seq for e in (await store.load("c")).window.active] == [3, 4]
+        _, applied = await store.append_compacting("c", turn("q2"), lambda s: None)
+        assert not applied
+
+    asyncio.run(run())

@@ -58,7 +58,12 @@ class AsyncStore(ABC):
     async def append_compacting(
         self, conversation_id: str, events: Sequence[Event], planner: Callable[[Snapshot], CompactionPlan | None]
     ) -> tuple[Snapshot, bool]:
-        raise NotImplementedError(f"{type(self).__name__} does not compact while appending")
+        """Append, then apply the planner's plan, if any, as a compare-and-swap. A store with
+        ``compacts_while_appending`` does both in one atomic write; this default takes two,
+        and the plan is simply not applied when another write came between them."""
+        snapshot = await self.append(conversation_id, events)
+        plan = planner(snapshot)
+        return snapshot, plan is not None and await self.apply(conversation_id, plan)
 
     @abstractmethod
     async def apply(self, conversation_id: str, plan: CompactionPlan) -> bool: ...
