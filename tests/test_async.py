@@ -5,6 +5,7 @@ summarizers and tools, and many conversations on one event loop that never stall
 from __future__ import annotations
 
 import asyncio
+import threading
 
 import pytest
 
@@ -158,6 +159,48 @@ def test_open_async_store_threads_the_sync_store(sqlite_url):
 
 # -- nothing blocks the loop ----------------------------------------------------------------
 
+#: The store calls the handshake wraps (every Store method the engine calls during ``add``
+#: and ``window``).
+_STORE_CALLS = ("load", "append", "append_compacting", "apply", "history", "find_tool_events", "search", "record_compaction_error")
+
+
+class LoopHandshake:
+    """Wraps a sync store so that each call, in whatever thread runs it, waits until the event
+    loop has run a step of :meth:`ticker` since the call began. A call can therefore only
+    finish if the loop was free while it was in flight; one made on the loop thread waits in
+    vain and fails after ``timeout`` seconds. Nothing here depends on how fast anything is."""
+
+    def __init__(self, store, timeout: float) -> None:
+        self.timeout = timeout
+        self.calls = 0
+        self._lock = threading.Lock()
+        self._waiting: list[threading.Event] = []
+        for name in _STORE_CALLS:
+            if hasattr(store, name):
+                setattr(store, name, self._wrap(getattr(store, name)))
+        self.store = store
+
+    def _wrap(self, method):
+        def call(*args, **kwargs):
+            loop_ran = threading.Event()
+            with self._lock:
+                self._waiting.append(loop_ran)
+            if not loop_ran.wait(self.timeout):
+                raise AssertionError(f"the event loop did not run while {method.__name__} was in flight")
+            with self._lock:
+                self.calls += 1
+            return method(*args, **kwargs)
+
+        return call
+
+    async def ticker(self, done: asyncio.Event) -> None:
+        while not done.is_set():
+            with self._lock:
+                waiting, self._waiting = self._waiting, []
+            for loop_ran in waiting:
+                loop_ran.set()
+            await asyncio.sleep(0.001)
+
 
 class OnTheLoop(AsyncStore):
     """A wrong async store that calls its sync store on the loop thread (the control)."""
@@ -179,47 +222,40 @@ class OnTheLoop(AsyncStore):
     record_compaction_error = compactions = clear = conversations = None  # type: ignore[assignment]
 
 
-async def _ticks_during_adds(store: AsyncStore, conversations: int, turns: int) -> int:
-    """How often a ticker coroutine ran while some ``add`` was in flight."""
-    memory = AsyncChatMemory(store, {"compaction_strategy": "turn_window", "max_turns": 3, "compact_to_ratio": 1.0}, token_counter=fixed_tokens)
-    in_flight = 0
+async def _adds_with_handshake(wrap, sync_store, conversations: int, turns: int, timeout: float) -> int:
+    """Runs ``conversations`` concurrent conversations of ``turns`` adds each over
+    ``wrap(sync_store)`` while the handshake's ticker runs; returns the store calls made."""
+    handshake = LoopHandshake(sync_store, timeout)
+    memory = AsyncChatMemory(wrap(sync_store), {"compaction_strategy": "turn_window", "max_turns": 3, "compact_to_ratio": 1.0}, token_counter=fixed_tokens)
     done = asyncio.Event()
-    ticks = 0
-
-    async def ticker():
-        nonlocal ticks
-        while not done.is_set():
-            await asyncio.sleep(0)
-            ticks += in_flight > 0
+    tick = asyncio.create_task(handshake.ticker(done))
 
     async def conversation(i):
-        nonlocal in_flight
         for t in range(turns):
-            in_flight += 1
-            try:
-                await memory.add(f"conv-{i}", turn(f"c{i} t{t}"))
-            finally:
-                in_flight -= 1
+            await memory.add(f"conv-{i}", turn(f"c{i} t{t}"))
 
-    tick = asyncio.create_task(ticker())
-    await asyncio.gather(*(conversation(i) for i in range(conversations)))
-    done.set()
-    await tick
-    for i in range(conversations):
-        assert len(await memory.window(f"conv-{i}")) == 2 * min(turns, 3)
-    return ticks
+    try:
+        await asyncio.gather(*(conversation(i) for i in range(conversations)))
+        for i in range(conversations):
+            assert len(await memory.window(f"conv-{i}")) == 2 * min(turns, 3)
+    finally:
+        done.set()
+        await tick
+    return handshake.calls
 
 
 @pytest.mark.parametrize("backend", ["sqlite_store", "redis_store"])
 def test_200_conversations_on_one_loop_never_block_it(backend, request):
     store = request.getfixturevalue(backend)
-    ticks = asyncio.run(_ticks_during_adds(ThreadedStore(store, max_workers=8), conversations=200, turns=4))
-    # 800 adds, each several awaited store calls: the loop ran other work while they waited
-    assert ticks >= 200
+    calls = asyncio.run(_adds_with_handshake(lambda s: ThreadedStore(s, max_workers=8), store, conversations=200, turns=4, timeout=60))
+    # every add (800) and window (200) made at least one store call, and each one finished
+    # only because the loop ran the ticker while it was in flight
+    assert calls >= 1000
 
 
-def test_the_ticker_sees_a_store_that_blocks_the_loop(sqlite_store):
-    assert asyncio.run(_ticks_during_adds(OnTheLoop(sqlite_store), conversations=20, turns=2)) == 0
+def test_the_handshake_catches_a_store_that_blocks_the_loop(sqlite_store):
+    with pytest.raises(AssertionError, match="event loop did not run while"):
+        asyncio.run(_adds_with_handshake(OnTheLoop, sqlite_store, conversations=2, turns=1, timeout=0.2))
 
 
 class _AsyncMessages:
