@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from ..errors import ChatMemoryError, ConfigurationError
@@ -17,6 +18,7 @@ from .registry import schemes, store_class_for, store_classes
 from .urls import redact_url
 
 ENV_URL = "CHAT_MEMORY_URL"
+T = TypeVar("T")
 
 #: The built-in store's node: it follows ``CHAT_MEMORY_URL``, else the embedded SQLite file.
 BUILTIN_NODE = StoreNode(
@@ -43,12 +45,18 @@ def open_store(url: str | None = None, **options: Any) -> Store:
             f"store URL ({redact_url(url)!r}) has no scheme; use one of: {', '.join(f'{s}://' for s in schemes())}"
         )
     store_class = store_class_for(scheme)
+    return opening(scheme, store_class.extra_for(scheme), lambda: store_class.from_url(url, **options))
+
+
+def opening(scheme: str, extra: str | None, build: Callable[[], T]) -> T:
+    """``build()`` a store, turning what a driver raises into a
+    :class:`ConfigurationError` that names the scheme (and the extra installing a missing
+    driver) and never shows a password."""
     try:
-        return store_class.from_url(url, **options)
+        return build()
     except ChatMemoryError:
         raise
     except ModuleNotFoundError as exc:  # a driver imported when the store or its engine is built
-        extra = store_class.extra_for(scheme)
         hint = f"pip install 'chat-memory[{extra}]'" if extra else f"install the {exc.name} package"
         raise ConfigurationError(f"the driver for {scheme}:// is missing ({exc.name}); {hint}") from exc
     except Exception as exc:  # whatever else a driver says about a URL it cannot use

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib
+import importlib.util
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -42,12 +43,22 @@ class AsyncStore(ABC):
     schemes: ClassVar[tuple[str, ...]] = ()
     #: True for a natively async store, False for a sync one in threads.
     native: ClassVar[bool] = True
+    #: The modules a native store's driver needs; when one is missing, :func:`open_async_store`
+    #: falls back to threads (or, with ``threads=False``, names ``extra`` to install).
+    driver_modules: ClassVar[tuple[str, ...]] = ()
+    #: The ``chat-memory[extra]`` that installs ``driver_modules``.
+    extra: ClassVar[str | None] = None
     compacts_while_appending: bool = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         for scheme in cls.__dict__.get("schemes", ()):
             _native[scheme.lower()] = cls
+
+    @classmethod
+    def driver_available(cls) -> bool:
+        """Whether every module of ``driver_modules`` is installed (nothing is imported)."""
+        return all(importlib.util.find_spec(module) is not None for module in cls.driver_modules)
 
     @abstractmethod
     async def load(self, conversation_id: str) -> Snapshot: ...
@@ -172,20 +183,41 @@ class ThreadedStore(AsyncStore):
         return f"ThreadedStore({type(self.store).__name__}, max_workers={self.max_workers})"
 
 
-def open_async_store(url: str | None = None, *, max_workers: int = DEFAULT_MAX_WORKERS, **options: Any) -> AsyncStore:
-    """:func:`~chat_memory.open_store` for the async API: a native async store where there is
-    one (``redis://``, ``rediss://``, ``redis+cluster://``), else the sync store of the URL in
-    a :class:`ThreadedStore` of ``max_workers`` threads. Options are the store's own."""
-    from . import open_store
+def open_async_store(
+    url: str | None = None, *, max_workers: int = DEFAULT_MAX_WORKERS, threads: bool | None = None, **options: Any
+) -> AsyncStore:
+    """:func:`~chat_memory.open_store` for the async API. Options are the store's own.
 
-    if url is not None and isinstance(url, str):
-        scheme = urlsplit(url).scheme.lower()
-        for module in _NATIVE_MODULES:
-            importlib.import_module(module)
-        native = _native.get(scheme)
-        if native is not None:
-            return native.from_url(url, **options)  # type: ignore[attr-defined,no-any-return]
+    ``threads`` picks the driver: ``None`` (the default) opens the native async store of the
+    URL's scheme when there is one and its driver is installed, else the sync store in a
+    :class:`ThreadedStore` of ``max_workers`` threads; ``True`` always uses threads;
+    ``False`` insists on the native store and raises :class:`ConfigurationError` naming the
+    extra to install (or saying the scheme has none). ``store.native`` says which you got."""
+    from . import default_url, open_store, opening
+
+    if threads is not None and not isinstance(threads, bool):
+        raise ConfigurationError(f"threads ({threads!r}) must be True, False or None")
+    if threads is not True and (url is None or isinstance(url, str)):
+        target = url or default_url()
+        scheme = urlsplit(target).scheme.lower()
+        native = native_store_class(scheme)
+        if native is not None and native.driver_available():
+            return opening(scheme, native.extra, lambda: native.from_url(target, **options))  # type: ignore[attr-defined]
+        if threads is False:
+            if native is None:
+                raise ConfigurationError(f"threads (False): {scheme}:// has no native async store; leave threads unset")
+            missing = ", ".join(m for m in native.driver_modules if importlib.util.find_spec(m) is None)
+            hint = f"pip install 'chat-memory[{native.extra}]'" if native.extra else f"install {missing}"
+            raise ConfigurationError(f"threads (False): the async driver for {scheme}:// is missing ({missing}); {hint}")
     return ThreadedStore(open_store(url, **options), max_workers=max_workers)
 
 
-__all__ = ["DEFAULT_MAX_WORKERS", "AsyncStore", "ThreadedStore", "open_async_store"]
+def native_store_class(scheme: str) -> type[AsyncStore] | None:
+    """The native async store class serving a URL scheme (``sqlite+pysqlite`` falls back to
+    ``sqlite``), or None."""
+    for module in _NATIVE_MODULES:
+        importlib.import_module(module)
+    return _native.get(scheme) or _native.get(scheme.split("+", 1)[0])
+
+
+__all__ = ["DEFAULT_MAX_WORKERS", "AsyncStore", "ThreadedStore", "native_store_class", "open_async_store"]
