@@ -157,6 +157,48 @@ def test_open_async_store_threads_the_sync_store(sqlite_url):
     asyncio.run(store.aclose())
 
 
+class _NativeForTests(ThreadedStore):
+    """A stand-in native store for a scheme of its own (the real ones: tests/test_async_*.py)."""
+
+    schemes = ("nativetest",)
+    native = True  # type: ignore[misc]
+    driver_modules = ("json",)
+    extra = "nativetest-extra"
+
+    @classmethod
+    def from_url(cls, url, **options):
+        if options:
+            raise ValueError(f"unknown options {sorted(options)}")
+        return cls(InMemoryStore(), max_workers=2)
+
+
+class _MissingDriver(_NativeForTests):
+    schemes = ("nativemissing",)
+    driver_modules = ("json", "no_such_driver_module_for_chat_memory")
+
+
+def test_open_async_store_prefers_an_installed_native_driver(monkeypatch):
+    import chat_memory.backends
+
+    # the sync store behind any threads: in-memory, whatever the scheme
+    monkeypatch.setattr(chat_memory.backends, "store_class_for", lambda scheme: InMemoryStore)
+    store = open_async_store("nativetest://x")
+    assert isinstance(store, _NativeForTests) and store.native
+    threaded = open_async_store("nativetest://x", threads=True, max_workers=2)
+    assert type(threaded) is ThreadedStore and not threaded.native
+    # the native driver is missing: threads by default, a clear error when insisted upon
+    assert type(open_async_store("nativemissing://x", max_workers=2)) is ThreadedStore
+    with pytest.raises(ConfigurationError, match=r"no_such_driver_module_for_chat_memory.*chat-memory\[nativetest-extra\]"):
+        open_async_store("nativemissing://x", threads=False)
+    with pytest.raises(ConfigurationError, match="memory:// has no native async store"):
+        open_async_store("memory://", threads=False)
+    with pytest.raises(ConfigurationError, match=r"threads \('yes'\)"):
+        open_async_store("memory://", threads="yes")
+    # what the native store's from_url raises is a ConfigurationError naming the scheme
+    with pytest.raises(ConfigurationError, match="nativetest:// store cannot be opened.*unknown options"):
+        open_async_store("nativetest://x", bogus=1)
+
+
 # -- nothing blocks the loop ----------------------------------------------------------------
 
 #: The store calls the handshake wraps (every Store method the engine calls during ``add``
