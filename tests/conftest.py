@@ -6,8 +6,10 @@ multi-process tests). Adding a backend's tests means adding one module there."""
 from __future__ import annotations
 
 import importlib
+import multiprocessing
 import os
 import pkgutil
+from concurrent.futures import ProcessPoolExecutor
 
 import pytest
 from hypothesis import settings
@@ -55,6 +57,20 @@ def _validate_scripted_requests(monkeypatch):
 def store(request):
     """Every backend's store, empty, one after another."""
     return request.getfixturevalue(request.param)
+
+
+#: Processes of the multi-process tests: more than the 2 cores CI has, so writers interleave.
+WRITER_PROCESSES = 8
+
+
+@pytest.fixture(scope="session")
+def writer_processes(aws_env):
+    """Spawned worker processes shared by the multi-process tests. Spawning one and importing
+    the drivers costs about 1.5 s of CPU; once a run instead of once a test (15 tests) keeps
+    CI inside its budget. Each task opens and closes its own store, so nothing carries over.
+    Started after ``aws_env`` so the workers inherit the dummy S3 credentials."""
+    with ProcessPoolExecutor(WRITER_PROCESSES, mp_context=multiprocessing.get_context("spawn")) as pool:
+        yield pool
 
 
 @pytest.fixture(params=STORE_URL_PARAMS or [pytest.param(None, marks=pytest.mark.skip(reason="no shared store"))])

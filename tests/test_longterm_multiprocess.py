@@ -2,28 +2,24 @@
 
 from __future__ import annotations
 
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
-
 import pytest
 
 from chat_memory import open_store
 from chat_memory.longterm import long_term_memory
 from tests.workers import edit_memory_file
 
-WRITERS = 8
+from tests.conftest import WRITER_PROCESSES as WRITERS
+
 EDITS = 12
 
 
 @pytest.mark.slow
-def test_eight_processes_editing_one_file_lose_nothing(store_url):
+def test_eight_processes_editing_one_file_lose_nothing(store_url, writer_processes):
     store = open_store(store_url)
     files = long_term_memory(store, "team")
     try:
         files.create("/memories/shared.md", "# Shared notes\n")
-        context = multiprocessing.get_context("spawn")
-        with ProcessPoolExecutor(WRITERS, mp_context=context) as pool:
-            done = list(pool.map(edit_memory_file, [store_url] * WRITERS, ["team"] * WRITERS, range(WRITERS), [EDITS] * WRITERS))
+        done = list(writer_processes.map(edit_memory_file, [store_url] * WRITERS, ["team"] * WRITERS, range(WRITERS), [EDITS] * WRITERS))
         assert done == [EDITS] * WRITERS
         lines = files.read("/memories/shared.md").splitlines()
         expected = {f"w{w}-e{i}" for w in range(WRITERS) for i in range(EDITS)}

@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
-import multiprocessing
-from concurrent.futures import ProcessPoolExecutor
-
 import pytest
 
 from chat_memory import ChatMemory, EventType, MemoryConfig, open_store
 from chat_memory.events import split_turns
 from tests.workers import append_turns
 
-WRITERS = 8
+from tests.conftest import WRITER_PROCESSES as WRITERS
+
 TURNS = 25
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", ["turn_window", "sliding_window"])
-def test_eight_processes_lose_nothing(store_url, strategy):
-    context = multiprocessing.get_context("spawn")
-    with ProcessPoolExecutor(WRITERS, mp_context=context) as pool:
-        done = list(pool.map(append_turns, [store_url] * WRITERS, ["shared"] * WRITERS, range(WRITERS), [TURNS] * WRITERS, [strategy] * WRITERS))
+def test_eight_processes_lose_nothing(store_url, strategy, writer_processes):
+    done = list(writer_processes.map(append_turns, [store_url] * WRITERS, ["shared"] * WRITERS, range(WRITERS), [TURNS] * WRITERS, [strategy] * WRITERS))
     assert done == [TURNS] * WRITERS
 
     store = open_store(store_url)

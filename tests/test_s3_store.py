@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import multiprocessing
 import random
 import sys
 import threading
@@ -23,7 +22,9 @@ from chat_memory.backends.s3.client import make_client
 from chat_memory.backends.s3.layout import Layout, conversation_key
 from chat_memory.errors import ConcurrencyError, ConfigurationError, SchemaError, StorageError
 from chat_memory.search import SearchQuery
+from tests.conftest import WRITER_PROCESSES as WRITERS
 from tests.helpers import fixed_tokens, seqs, turn
+from tests.workers import s3_writer
 
 FAST = Backoff(attempts=6, base=0.0005, cap=0.002)
 
@@ -477,26 +478,13 @@ def test_a_missing_driver_names_the_extra(monkeypatch):
 
 # -- processes -----------------------------------------------------------------------------
 
-WRITERS, ADDS = 8, 8
-
-
-def _writer(url: str, writer: int) -> None:
-    store = open_store(url)
-    m = ChatMemory(store, MemoryConfig(compaction_strategy="turn_window", max_turns=3), token_counter=fixed_tokens)
-    for i in range(ADDS):
-        m.add("shared", [Event.user(f"q {writer} {i}"), Event.assistant(f"a {writer} {i}")])
-    store.close()
+ADDS = 8
 
 
 @pytest.mark.s3
-def test_eight_processes_writing_one_conversation_lose_nothing(s3_url):
-    context = multiprocessing.get_context("spawn")
-    processes = [context.Process(target=_writer, args=(s3_url, n)) for n in range(WRITERS)]
-    for p in processes:
-        p.start()
-    for p in processes:
-        p.join(timeout=240)
-    assert [p.exitcode for p in processes] == [0] * WRITERS
+def test_eight_processes_writing_one_conversation_lose_nothing(s3_url, writer_processes):
+    done = list(writer_processes.map(s3_writer, [s3_url] * WRITERS, range(WRITERS), [ADDS] * WRITERS, timeout=240))
+    assert done == [ADDS] * WRITERS
     store = open_store(s3_url)
     history = store.history("shared")
     store.close()

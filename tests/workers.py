@@ -33,3 +33,18 @@ def edit_memory_file(url: str, namespace: str, writer: int, edits: int) -> int:
         return done
     finally:
         store.close()
+
+
+def s3_writer(url: str, writer: int, adds: int) -> int:
+    """Add ``adds`` question/answer turns to the conversation ``shared`` (turn window of 3,
+    the test suite's fixed token counter); returns how many were added."""
+    from tests.helpers import fixed_tokens
+
+    store = open_store(url)
+    try:
+        memory = ChatMemory(store, MemoryConfig(compaction_strategy="turn_window", max_turns=3), token_counter=fixed_tokens)
+        for i in range(adds):
+            memory.add("shared", [Event.user(f"q {writer} {i}"), Event.assistant(f"a {writer} {i}")])
+        return adds
+    finally:
+        store.close()
