@@ -170,6 +170,31 @@ class StoreNode:
     order: int = 100
 
 
+def settings_from_url(
+    store: type, query: str, keywords: Mapping[str, Any] | None = None
+) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """:meth:`Store.url_settings` for any class declaring ``url_options`` and
+    ``passes_query_to_driver`` (an async store too); messages name the class."""
+    declared = {option.name: option for option in store.url_options}
+    settings: dict[str, Any] = {}
+    rest: list[tuple[str, str]] = []
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        option = declared.get(name)
+        if option is not None:
+            if name in settings:
+                raise ConfigurationError(f"{store.__name__} URL option {name} is given more than once")
+            settings[name] = option.parse(value, store.__name__)
+        elif store.passes_query_to_driver:
+            rest.append((name, value))
+        else:
+            known = ", ".join(sorted(declared)) or "none"
+            raise ConfigurationError(f"{store.__name__} URL option ({name!r}) is not supported; known options: {known}")
+    for name, value in (keywords or {}).items():
+        if name in declared:
+            settings[name] = declared[name].parse(value, store.__name__)
+    return settings, rest
+
+
 class Store(ABC):
     """The protocol of every storage backend.
 
@@ -242,24 +267,7 @@ class Store(ABC):
         (the store's settings, keywords winning over the URL; the query pairs left for the
         driver). An unknown query option is refused, naming it, unless the store
         :attr:`passes_query_to_driver`; keywords not declared are left to the caller."""
-        declared = {option.name: option for option in cls.url_options}
-        settings: dict[str, Any] = {}
-        rest: list[tuple[str, str]] = []
-        for name, value in parse_qsl(query, keep_blank_values=True):
-            option = declared.get(name)
-            if option is not None:
-                if name in settings:
-                    raise ConfigurationError(f"{cls.__name__} URL option {name} is given more than once")
-                settings[name] = option.parse(value, cls.__name__)
-            elif cls.passes_query_to_driver:
-                rest.append((name, value))
-            else:
-                known = ", ".join(sorted(declared)) or "none"
-                raise ConfigurationError(f"{cls.__name__} URL option ({name!r}) is not supported; known options: {known}")
-        for name, value in (keywords or {}).items():
-            if name in declared:
-                settings[name] = declared[name].parse(value, cls.__name__)
-        return settings, rest
+        return settings_from_url(cls, query, keywords)
 
     @abstractmethod
     def load(self, conversation_id: str) -> Snapshot:
@@ -365,10 +373,30 @@ def wrap_driver_errors(method: F) -> F:
         except ChatMemoryError:
             raise
         except Exception as exc:
-            raise StorageError(f"{type(self).__name__}.{method.__name__} failed: {type(exc).__name__}: {exc}") from exc
+            raise _storage_error(self, method, exc) from exc
 
     wrapper._wraps_driver_errors = True  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
+
+
+def awrap_driver_errors(method: F) -> F:
+    """:func:`wrap_driver_errors` for a coroutine method (the native async stores)."""
+
+    @functools.wraps(method)
+    async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await method(self, *args, **kwargs)
+        except ChatMemoryError:
+            raise
+        except Exception as exc:
+            raise _storage_error(self, method, exc) from exc
+
+    wrapper._wraps_driver_errors = True  # type: ignore[attr-defined]
+    return wrapper  # type: ignore[return-value]
+
+
+def _storage_error(store: Any, method: Callable[..., Any], exc: Exception) -> StorageError:
+    return StorageError(f"{type(store).__name__}.{method.__name__} failed: {type(exc).__name__}: {exc}")
 
 
 # -- helpers shared by backends ------------------------------------------------------------
