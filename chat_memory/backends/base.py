@@ -301,12 +301,7 @@ class Store(ABC):
         in the same ``add()`` nor in the window (a late result of an archived call). This
         default reads the whole history; stores that can look the ids up in place (SQL, in
         memory) override it."""
-        wanted = set(tool_call_ids)
-        return [
-            e
-            for e in self.history(conversation_id)
-            if e.type in (EventType.TOOL_CALL, EventType.TOOL_RESULT) and e.tool_call_id in wanted
-        ]
+        return tool_events(self.history(conversation_id), tool_call_ids)
 
     @abstractmethod
     def search(self, conversation_id: str, query: SearchQuery) -> SearchResult:
@@ -400,6 +395,12 @@ def _storage_error(store: Any, method: Callable[..., Any], exc: Exception) -> St
 
 
 # -- helpers shared by backends ------------------------------------------------------------
+
+
+def tool_events(events: Iterable[Event], tool_call_ids: Collection[str]) -> list[Event]:
+    """The tool calls and results among ``events`` whose ``tool_call_id`` is one of ``tool_call_ids``."""
+    wanted = set(tool_call_ids)
+    return [e for e in events if e.type in (EventType.TOOL_CALL, EventType.TOOL_RESULT) and e.tool_call_id in wanted]
 
 
 def split_appended(events: Iterable[Event]) -> tuple[list[Event], list[Event]]:
