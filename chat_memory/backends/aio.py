@@ -13,7 +13,6 @@ import asyncio
 import functools
 import importlib
 import importlib.util
-import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +22,7 @@ from urllib.parse import urlsplit
 from ..errors import ConfigurationError
 from ..events import Event
 from ..search import SearchQuery, SearchResult
-from .base import CompactionPlan, CompactsWhileAppending, Snapshot, Store, awrap_driver_errors
+from .base import CompactionPlan, CompactsWhileAppending, Snapshot, Store, wrap_driver_errors
 
 #: Worker threads of a :class:`ThreadedStore` unless told otherwise: enough to keep a
 #: connection pool busy, few enough that 1,000 waiting conversations queue instead of
@@ -58,8 +57,8 @@ class AsyncStore(ABC):
         # as for sync stores: a driver exception escaping a coroutine becomes a StorageError, here
         for name in cls._WRAPPED:
             method = cls.__dict__.get(name)
-            if inspect.iscoroutinefunction(method) and not getattr(method, "_wraps_driver_errors", False):
-                setattr(cls, name, awrap_driver_errors(method))
+            if callable(method) and not getattr(method, "_wraps_driver_errors", False):
+                setattr(cls, name, wrap_driver_errors(method))
         for scheme in cls.__dict__.get("schemes", ()):
             _native[scheme.lower()] = cls
 

@@ -8,10 +8,12 @@ Stores apply compaction plans; they never make them (that is the engine's job).
 from __future__ import annotations
 
 import functools
+import inspect
 import random
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import parse_qsl
@@ -359,39 +361,35 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def wrap_driver_errors(method: F) -> F:
-    """Turn any non-chat-memory exception escaping ``method`` into a :class:`StorageError`."""
+    """Turn any non-chat-memory exception escaping ``method`` (a plain or a coroutine
+    method) into a :class:`StorageError`."""
+    if inspect.iscoroutinefunction(method):
 
-    @functools.wraps(method)
-    def wrapper(self: Store, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except ChatMemoryError:
-            raise
-        except Exception as exc:
-            raise _storage_error(self, method, exc) from exc
+        @functools.wraps(method)
+        async def awrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            with _driver_errors(self, method):
+                return await method(self, *args, **kwargs)
 
-    wrapper._wraps_driver_errors = True  # type: ignore[attr-defined]
-    return wrapper  # type: ignore[return-value]
+        wrapper: Any = awrapper
+    else:
 
+        @functools.wraps(method)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            with _driver_errors(self, method):
+                return method(self, *args, **kwargs)
 
-def awrap_driver_errors(method: F) -> F:
-    """:func:`wrap_driver_errors` for a coroutine method (the native async stores)."""
-
-    @functools.wraps(method)
-    async def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return await method(self, *args, **kwargs)
-        except ChatMemoryError:
-            raise
-        except Exception as exc:
-            raise _storage_error(self, method, exc) from exc
-
-    wrapper._wraps_driver_errors = True  # type: ignore[attr-defined]
-    return wrapper  # type: ignore[return-value]
+    wrapper._wraps_driver_errors = True
+    return wrapper  # type: ignore[no-any-return]
 
 
-def _storage_error(store: Any, method: Callable[..., Any], exc: Exception) -> StorageError:
-    return StorageError(f"{type(store).__name__}.{method.__name__} failed: {type(exc).__name__}: {exc}")
+@contextmanager
+def _driver_errors(store: Any, method: Callable[..., Any]) -> Iterator[None]:
+    try:
+        yield
+    except ChatMemoryError:
+        raise
+    except Exception as exc:
+        raise StorageError(f"{type(store).__name__}.{method.__name__} failed: {type(exc).__name__}: {exc}") from exc
 
 
 # -- helpers shared by backends ------------------------------------------------------------

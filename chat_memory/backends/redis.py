@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
-from ..errors import ConfigurationError, StorageError
+from ..errors import StorageError
 from ..events import Event
 from ..search import SearchQuery, SearchResult
 from ..steps import Steps, run
@@ -48,6 +48,7 @@ from .redis_layout import (
     REDIS_LAYOUT,
     LuaScript,
     RedisLayout,
+    driver,
     driver_target,
     retry,
 )
@@ -88,11 +89,7 @@ NODE = StoreNode(
 
 
 def _driver() -> Any:
-    try:
-        import redis
-    except ModuleNotFoundError as exc:
-        raise ConfigurationError("the Redis store needs the redis driver; pip install 'chat-memory[redis]'") from exc
-    return redis
+    return driver()
 
 
 class RedisStore(RedisLayout, Store):
@@ -109,18 +106,8 @@ class RedisStore(RedisLayout, Store):
     schemes = RedisLayout.schemes
     node = NODE
 
-    def __init__(
-        self,
-        client: Any,
-        *,
-        prefix: str = DEFAULT_PREFIX,
-        max_archived_events: int | None = DEFAULT_MAX_ARCHIVED_EVENTS,
-        ttl_seconds: int | None = None,
-        owns_client: bool = False,
-    ) -> None:
-        redis = _driver()
-        cluster = isinstance(client, redis.cluster.RedisCluster)
-        self._configure(client, cluster, prefix, max_archived_events, ttl_seconds, owns_client)
+    def _is_cluster(self, client: Any) -> bool:
+        return isinstance(client, _driver().cluster.RedisCluster)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisStore:

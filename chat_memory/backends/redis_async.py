@@ -18,16 +18,11 @@ from ..steps import Steps, arun
 from .aio import AsyncStore
 from .base import CompactionPlan, Snapshot, tool_events
 from .migrations import Migration
-from .redis_layout import DEFAULT_MAX_ARCHIVED_EVENTS, DEFAULT_PREFIX, LuaScript, RedisLayout, driver_target, retry
+from .redis_layout import LuaScript, RedisLayout, driver, driver_target, retry
 
 
 def _driver() -> Any:
-    try:
-        import redis.asyncio
-        import redis.asyncio.cluster
-    except ModuleNotFoundError as exc:
-        raise ConfigurationError("the async Redis store needs the redis driver; pip install 'chat-memory[redis]'") from exc
-    return redis
+    return driver("redis.asyncio", "redis.asyncio.cluster")
 
 
 class AsyncRedisStore(RedisLayout, AsyncStore):
@@ -44,24 +39,14 @@ class AsyncRedisStore(RedisLayout, AsyncStore):
     driver_modules = ("redis.asyncio",)
     extra = "redis"
 
-    def __init__(
-        self,
-        client: Any,
-        *,
-        prefix: str = DEFAULT_PREFIX,
-        max_archived_events: int | None = DEFAULT_MAX_ARCHIVED_EVENTS,
-        ttl_seconds: int | None = None,
-        owns_client: bool = False,
-    ) -> None:
+    def _is_cluster(self, client: Any) -> bool:
         redis = _driver()
         if isinstance(client, (redis.Redis, redis.cluster.RedisCluster)):
             raise ConfigurationError(
                 f"client ({type(client).__name__}) is a sync redis client; AsyncRedisStore takes a "
                 "redis.asyncio.Redis or redis.asyncio.cluster.RedisCluster (RedisStore takes the sync ones)"
             )
-        cluster = isinstance(client, redis.asyncio.cluster.RedisCluster)
-        self._configure(client, cluster, prefix, max_archived_events, ttl_seconds, owns_client)
-        self._closed = False
+        return isinstance(client, redis.asyncio.cluster.RedisCluster)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> AsyncRedisStore:

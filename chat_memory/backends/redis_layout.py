@@ -14,6 +14,7 @@ and awaited ``redis.asyncio`` calls. Neither owns anything but that I/O.
 from __future__ import annotations
 
 import hashlib
+import importlib
 import json
 import uuid
 from collections.abc import Mapping, Sequence
@@ -88,6 +89,18 @@ def lua(name: str) -> LuaScript:
     return LuaScript(body)
 
 
+def driver(*modules: str) -> Any:
+    """The ``redis`` package, with ``modules`` of it imported; a missing one names the extra."""
+    try:
+        import redis
+
+        for module in modules:
+            importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        raise ConfigurationError("the Redis stores need the redis driver; pip install 'chat-memory[redis]'") from exc
+    return redis
+
+
 def driver_target(store: type, url: str, options: Mapping[str, Any]) -> tuple[dict[str, Any], str, dict[str, Any], bool]:
     """Split a store URL and keyword options into (the store's settings, the URL for the
     redis-py client, the client's options without its retry policy, whether it is a cluster).
@@ -139,7 +152,16 @@ class RedisLayout:
     compaction_records_kept = COMPACTION_RECORDS_KEPT
     _layout_checked = False
 
-    def _configure(self, client: Any, cluster: bool, prefix: str, max_archived_events: Any, ttl_seconds: Any, owns_client: bool) -> None:
+    def __init__(
+        self,
+        client: Any,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        max_archived_events: int | None = DEFAULT_MAX_ARCHIVED_EVENTS,
+        ttl_seconds: int | None = None,
+        owns_client: bool = False,
+    ) -> None:
+        cluster = self._is_cluster(client)
         if not isinstance(prefix, str) or "{" in prefix or "}" in prefix:
             raise ConfigurationError(f"prefix ({prefix!r}) must be a string without '{{' or '}}' (they mark hash tags)")
         declared = {option.name: option for option in URL_OPTIONS}
@@ -150,7 +172,12 @@ class RedisLayout:
         self.default_max_archived_events = declared["max_archived_events"].parse(max_archived_events, name)
         self.ttl_seconds = declared["ttl_seconds"].parse(ttl_seconds, name)
         self._owns_client = owns_client
+        self._closed = False
         self._registry = f"{prefix}conversations"
+
+    def _is_cluster(self, client: Any) -> bool:
+        """Whether ``client`` is a cluster client (refusing one of the wrong kind)."""
+        raise NotImplementedError
 
     def __repr__(self) -> str:
         kind = "cluster" if self.cluster else "server"
@@ -316,4 +343,4 @@ class RedisLayout:
         yield from call("_pipeline", [("srem", (self._registry, cid)), ("delete", tuple(keys))], True)
 
 
-__all__ = ["DEFAULT_MAX_ARCHIVED_EVENTS", "DEFAULT_PREFIX", "REDIS_LAYOUT", "SCHEMES", "URL_OPTIONS", "LuaScript", "RedisLayout", "driver_target", "lua", "retry"]
+__all__ = ["DEFAULT_MAX_ARCHIVED_EVENTS", "DEFAULT_PREFIX", "REDIS_LAYOUT", "SCHEMES", "URL_OPTIONS", "LuaScript", "RedisLayout", "driver", "driver_target", "lua", "retry"]
