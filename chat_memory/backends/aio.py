@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from ..errors import ConfigurationError
 from ..events import Event
 from ..search import SearchQuery, SearchResult
-from .base import CompactionPlan, CompactsWhileAppending, Snapshot, Store
+from .base import CompactionPlan, CompactsWhileAppending, Snapshot, Store, wrap_driver_errors
 
 #: Worker threads of a :class:`ThreadedStore` unless told otherwise: enough to keep a
 #: connection pool busy, few enough that 1,000 waiting conversations queue instead of
@@ -31,7 +31,7 @@ DEFAULT_MAX_WORKERS = 16
 
 _native: dict[str, type[AsyncStore]] = {}
 #: Modules holding native async stores, imported only by :func:`open_async_store`.
-_NATIVE_MODULES: tuple[str, ...] = ()
+_NATIVE_MODULES: tuple[str, ...] = ("chat_memory.backends.redis_async",)
 
 
 class AsyncStore(ABC):
@@ -50,15 +50,23 @@ class AsyncStore(ABC):
     extra: ClassVar[str | None] = None
     compacts_while_appending: bool = False
 
+    _WRAPPED: ClassVar[tuple[str, ...]] = Store._WRAPPED
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        # as for sync stores: a driver exception escaping a coroutine becomes a StorageError, here
+        for name in cls._WRAPPED:
+            method = cls.__dict__.get(name)
+            if callable(method) and not getattr(method, "_wraps_driver_errors", False):
+                setattr(cls, name, wrap_driver_errors(method))
         for scheme in cls.__dict__.get("schemes", ()):
             _native[scheme.lower()] = cls
 
     @classmethod
     def driver_available(cls) -> bool:
-        """Whether every module of ``driver_modules`` is installed (nothing is imported)."""
-        return all(importlib.util.find_spec(module) is not None for module in cls.driver_modules)
+        """Whether every module of ``driver_modules`` is installed (only parent packages of a
+        dotted name are imported, as :func:`importlib.util.find_spec` must)."""
+        return all(_installed(module) for module in cls.driver_modules)
 
     @abstractmethod
     async def load(self, conversation_id: str) -> Snapshot: ...
@@ -206,10 +214,17 @@ def open_async_store(
         if threads is False:
             if native is None:
                 raise ConfigurationError(f"threads (False): {scheme}:// has no native async store; leave threads unset")
-            missing = ", ".join(m for m in native.driver_modules if importlib.util.find_spec(m) is None)
+            missing = ", ".join(m for m in native.driver_modules if not _installed(m))
             hint = f"pip install 'chat-memory[{native.extra}]'" if native.extra else f"install {missing}"
             raise ConfigurationError(f"threads (False): the async driver for {scheme}:// is missing ({missing}); {hint}")
     return ThreadedStore(open_store(url, **options), max_workers=max_workers)
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # a parent package of a dotted name is missing
+        return False
 
 
 def native_store_class(scheme: str) -> type[AsyncStore] | None:

@@ -8,10 +8,12 @@ Stores apply compaction plans; they never make them (that is the engine's job).
 from __future__ import annotations
 
 import functools
+import inspect
 import random
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import parse_qsl
@@ -170,6 +172,31 @@ class StoreNode:
     order: int = 100
 
 
+def settings_from_url(
+    store: type, query: str, keywords: Mapping[str, Any] | None = None
+) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    """:meth:`Store.url_settings` for any class declaring ``url_options`` and
+    ``passes_query_to_driver`` (an async store too); messages name the class."""
+    declared = {option.name: option for option in store.url_options}
+    settings: dict[str, Any] = {}
+    rest: list[tuple[str, str]] = []
+    for name, value in parse_qsl(query, keep_blank_values=True):
+        option = declared.get(name)
+        if option is not None:
+            if name in settings:
+                raise ConfigurationError(f"{store.__name__} URL option {name} is given more than once")
+            settings[name] = option.parse(value, store.__name__)
+        elif store.passes_query_to_driver:
+            rest.append((name, value))
+        else:
+            known = ", ".join(sorted(declared)) or "none"
+            raise ConfigurationError(f"{store.__name__} URL option ({name!r}) is not supported; known options: {known}")
+    for name, value in (keywords or {}).items():
+        if name in declared:
+            settings[name] = declared[name].parse(value, store.__name__)
+    return settings, rest
+
+
 class Store(ABC):
     """The protocol of every storage backend.
 
@@ -242,24 +269,7 @@ class Store(ABC):
         (the store's settings, keywords winning over the URL; the query pairs left for the
         driver). An unknown query option is refused, naming it, unless the store
         :attr:`passes_query_to_driver`; keywords not declared are left to the caller."""
-        declared = {option.name: option for option in cls.url_options}
-        settings: dict[str, Any] = {}
-        rest: list[tuple[str, str]] = []
-        for name, value in parse_qsl(query, keep_blank_values=True):
-            option = declared.get(name)
-            if option is not None:
-                if name in settings:
-                    raise ConfigurationError(f"{cls.__name__} URL option {name} is given more than once")
-                settings[name] = option.parse(value, cls.__name__)
-            elif cls.passes_query_to_driver:
-                rest.append((name, value))
-            else:
-                known = ", ".join(sorted(declared)) or "none"
-                raise ConfigurationError(f"{cls.__name__} URL option ({name!r}) is not supported; known options: {known}")
-        for name, value in (keywords or {}).items():
-            if name in declared:
-                settings[name] = declared[name].parse(value, cls.__name__)
-        return settings, rest
+        return settings_from_url(cls, query, keywords)
 
     @abstractmethod
     def load(self, conversation_id: str) -> Snapshot:
@@ -293,12 +303,7 @@ class Store(ABC):
         in the same ``add()`` nor in the window (a late result of an archived call). This
         default reads the whole history; stores that can look the ids up in place (SQL, in
         memory) override it."""
-        wanted = set(tool_call_ids)
-        return [
-            e
-            for e in self.history(conversation_id)
-            if e.type in (EventType.TOOL_CALL, EventType.TOOL_RESULT) and e.tool_call_id in wanted
-        ]
+        return tool_events(self.history(conversation_id), tool_call_ids)
 
     @abstractmethod
     def search(self, conversation_id: str, query: SearchQuery) -> SearchResult:
@@ -356,22 +361,44 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def wrap_driver_errors(method: F) -> F:
-    """Turn any non-chat-memory exception escaping ``method`` into a :class:`StorageError`."""
+    """Turn any non-chat-memory exception escaping ``method`` (a plain or a coroutine
+    method) into a :class:`StorageError`."""
+    if inspect.iscoroutinefunction(method):
 
-    @functools.wraps(method)
-    def wrapper(self: Store, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(self, *args, **kwargs)
-        except ChatMemoryError:
-            raise
-        except Exception as exc:
-            raise StorageError(f"{type(self).__name__}.{method.__name__} failed: {type(exc).__name__}: {exc}") from exc
+        @functools.wraps(method)
+        async def awrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            with _driver_errors(self, method):
+                return await method(self, *args, **kwargs)
 
-    wrapper._wraps_driver_errors = True  # type: ignore[attr-defined]
-    return wrapper  # type: ignore[return-value]
+        wrapper: Any = awrapper
+    else:
+
+        @functools.wraps(method)
+        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
+            with _driver_errors(self, method):
+                return method(self, *args, **kwargs)
+
+    wrapper._wraps_driver_errors = True
+    return wrapper  # type: ignore[no-any-return]
+
+
+@contextmanager
+def _driver_errors(store: Any, method: Callable[..., Any]) -> Iterator[None]:
+    try:
+        yield
+    except ChatMemoryError:
+        raise
+    except Exception as exc:
+        raise StorageError(f"{type(store).__name__}.{method.__name__} failed: {type(exc).__name__}: {exc}") from exc
 
 
 # -- helpers shared by backends ------------------------------------------------------------
+
+
+def tool_events(events: Iterable[Event], tool_call_ids: Collection[str]) -> list[Event]:
+    """The tool calls and results among ``events`` whose ``tool_call_id`` is one of ``tool_call_ids``."""
+    wanted = set(tool_call_ids)
+    return [e for e in events if e.type in (EventType.TOOL_CALL, EventType.TOOL_RESULT) and e.tool_call_id in wanted]
 
 
 def split_appended(events: Iterable[Event]) -> tuple[list[Event], list[Event]]:

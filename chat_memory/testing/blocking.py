@@ -44,10 +44,10 @@ class BlockingStore(Store):
 
     def __init__(self, store: AsyncStore) -> None:
         self.async_store = store
-        inner = getattr(store, "store", None)
-        if inner is not None:
-            self.default_max_archived_events = inner.default_max_archived_events
-            self.compaction_records_kept = inner.compaction_records_kept
+        declared = getattr(store, "store", store)  # a ThreadedStore's sync store, or the native store
+        for name in ("default_max_archived_events", "compaction_records_kept"):
+            if hasattr(declared, name):
+                setattr(self, name, getattr(declared, name))
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> BlockingStore:

@@ -1,0 +1,136 @@
+"""The Redis store for the async API, over ``redis.asyncio`` (a single server or Redis
+Cluster): the same keys, Lua scripts, layout check and guarantees as
+:class:`~chat_memory.backends.redis.RedisStore` — both drive the steps of
+:mod:`.redis_layout` — with every command awaited, so the event loop never waits on Redis.
+The two stores read and write the same data: a sync and an async process may share a prefix.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any
+
+from ..errors import ConfigurationError
+from ..events import Event
+from ..search import SearchQuery, SearchResult
+from ..steps import Steps, arun
+from .aio import AsyncStore
+from .base import CompactionPlan, Snapshot, tool_events
+from .migrations import Migration
+from .redis_layout import LuaScript, RedisLayout, driver, driver_target, retry
+
+
+def _driver() -> Any:
+    return driver("redis.asyncio", "redis.asyncio.cluster")
+
+
+class AsyncRedisStore(RedisLayout, AsyncStore):
+    """Conversations in Redis (``redis://``, ``rediss://``) or Redis Cluster
+    (``redis+cluster://host:port``), for :class:`~chat_memory.AsyncChatMemory`.
+
+    Pass a URL to :meth:`from_url` (or :func:`chat_memory.open_async_store`), or a ready
+    ``redis.asyncio.Redis`` / ``redis.asyncio.cluster.RedisCluster`` client here; a client
+    passed in is left open by :meth:`aclose`. ``prefix``, ``max_archived_events`` and
+    ``ttl_seconds`` mean what they mean for :class:`~chat_memory.backends.redis.RedisStore`.
+    """
+
+    schemes = RedisLayout.schemes
+    driver_modules = ("redis.asyncio",)
+    extra = "redis"
+
+    def _is_cluster(self, client: Any) -> bool:
+        redis = _driver()
+        if isinstance(client, (redis.Redis, redis.cluster.RedisCluster)):
+            raise ConfigurationError(
+                f"client ({type(client).__name__}) is a sync redis client; AsyncRedisStore takes a "
+                "redis.asyncio.Redis or redis.asyncio.cluster.RedisCluster (RedisStore takes the sync ones)"
+            )
+        return isinstance(client, redis.asyncio.cluster.RedisCluster)
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> AsyncRedisStore:
+        """Open a store from the same URLs and options as
+        :meth:`RedisStore.from_url <chat_memory.backends.redis.RedisStore.from_url>`; nothing
+        connects until the first command (a cluster learns its slot map then)."""
+        redis = _driver()
+        from redis.asyncio.retry import Retry
+
+        settings, driver_url, driver_options, cluster = driver_target(cls, url, options)
+        errors = [redis.ConnectionError, redis.TimeoutError]
+        driver_options = {"retry": retry(Retry, tuple(errors)), **driver_options}
+        if cluster:
+            client = redis.asyncio.cluster.RedisCluster.from_url(driver_url, **driver_options)
+        else:
+            driver_options.setdefault("retry_on_error", errors)
+            client = redis.asyncio.Redis.from_url(driver_url, **driver_options)
+        return cls(client, owns_client=True, **settings)
+
+    async def aclose(self) -> None:
+        """Close the client if this store created it; a second call does nothing."""
+        if self._owns_client and not self._closed:
+            self._closed = True
+            close = getattr(self.client, "aclose", None) or self.client.close  # aclose from redis 5.0.1
+            await close()
+
+    # -- the I/O the shared steps ask for ----------------------------------------------------
+
+    async def _command(self, method: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        return await getattr(self.client, method)(*args, **kwargs)
+
+    async def _script(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """EVALSHA, and EVAL on NOSCRIPT (see ``RedisStore._script`` for why not redis-py's own)."""
+        try:
+            return await self.client.evalsha(script.sha, len(keys), *keys, *args)
+        except _driver().exceptions.NoScriptError:
+            return await self.client.eval(script.script, len(keys), *keys, *args)
+
+    async def _pipeline(self, commands: Sequence[tuple[str, Sequence[Any]]], transaction: bool) -> list[Any]:
+        pipe = self.client.pipeline(transaction=transaction)
+        for method, args in commands:
+            getattr(pipe, method)(*args)
+        return await pipe.execute()  # type: ignore[no-any-return]
+
+    async def _upgrade(self, step: Migration[Any]) -> None:
+        done = step.upgrade(self)
+        if inspect.isawaitable(done):
+            await done
+
+    async def _do(self, steps: Steps[Any]) -> Any:
+        return await arun(steps, self)
+
+    # -- the store protocol ------------------------------------------------------------------
+
+    async def load(self, conversation_id: str) -> Snapshot:
+        return await self._do(self._load_steps(conversation_id))  # type: ignore[no-any-return]
+
+    async def append(self, conversation_id: str, events: Sequence[Event]) -> Snapshot:
+        return await self._do(self._append_steps(conversation_id, events))  # type: ignore[no-any-return]
+
+    async def apply(self, conversation_id: str, plan: CompactionPlan) -> bool:
+        return await self._do(self._apply_steps(conversation_id, plan))  # type: ignore[no-any-return]
+
+    async def history(self, conversation_id: str) -> list[Event]:
+        return await self._do(self._history_steps(conversation_id))  # type: ignore[no-any-return]
+
+    async def find_tool_events(self, conversation_id: str, tool_call_ids: Collection[str]) -> list[Event]:
+        """Off the hot path (a late result of an archived call): filters the history."""
+        return tool_events(await self.history(conversation_id), tool_call_ids)
+
+    async def search(self, conversation_id: str, query: SearchQuery) -> SearchResult:
+        return await self._do(self._search_steps(conversation_id, query))  # type: ignore[no-any-return]
+
+    async def record_compaction_error(self, conversation_id: str, message: str | None) -> None:
+        await self._do(self._record_error_steps(conversation_id, message))
+
+    async def compactions(self, conversation_id: str) -> list[dict[str, Any]]:
+        return await self._do(self._compactions_steps(conversation_id))  # type: ignore[no-any-return]
+
+    async def clear(self, conversation_id: str) -> None:
+        await self._do(self._clear_steps(conversation_id))
+
+    async def conversations(self) -> list[str]:
+        return await self._do(self._conversations_steps())  # type: ignore[no-any-return]
+
+
+__all__ = ["AsyncRedisStore"]

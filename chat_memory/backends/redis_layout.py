@@ -1,0 +1,346 @@
+"""What the sync and the async Redis store share: the key layout, the URL options, the Lua
+scripts and their arguments, the layout check and migration, and the replies turned into
+snapshots, events and search results — written once, as steps (:mod:`chat_memory.steps`).
+
+Each operation of :class:`RedisLayout` is a generator that yields the Redis I/O it needs as a
+:class:`~chat_memory.steps.StoreCall` on the store itself — ``_command`` (one client command),
+``_script`` (a script of ``redis_scripts/`` by name), ``_pipeline`` and ``_upgrade`` (one
+layout migration) — and receives the reply. :class:`~chat_memory.backends.redis.RedisStore`
+drives the steps with :func:`~chat_memory.steps.run` and plain redis-py calls;
+:class:`~chat_memory.backends.redis_async.AsyncRedisStore` with :func:`~chat_memory.steps.arun`
+and awaited ``redis.asyncio`` calls. Neither owns anything but that I/O.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import json
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from functools import cache
+from importlib import resources
+from typing import Any
+from urllib.parse import urlencode, urlsplit, urlunsplit
+
+from ..errors import ConcurrencyError, ConfigurationError
+from ..events import Event, EventType, Window
+from ..search import MatchMode, SearchQuery, SearchResult, search_text
+from ..steps import Sleep, Steps, call
+from .base import (
+    COMPACTION_RECORDS_KEPT,
+    Backoff,
+    CompactionPlan,
+    Snapshot,
+    StoreOption,
+    check_conversation_id,
+    envelope_id_prefix,
+    settings_from_url,
+)
+from .migrations import StoredFormat
+
+DEFAULT_PREFIX = "chat-memory:"
+DEFAULT_MAX_ARCHIVED_EVENTS = 1000
+SCHEMES = ("redis", "rediss", "redis+cluster", "rediss+cluster")
+URL_OPTIONS = (
+    StoreOption("prefix"),
+    StoreOption("max_archived_events", int, minimum=0, nullable=True),
+    StoreOption("ttl_seconds", int, minimum=1, nullable=True),
+)
+_SUFFIXES = ("meta", "pinned", "active", "archive", "texts", "recent", "compactions")
+_CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
+# Small socket timeouts and a few quick retries: a server that is down or restarting gives a
+# StorageError within about a second or two instead of hanging the agent.
+_DRIVER_DEFAULTS: dict[str, Any] = {"socket_timeout": 5.0, "socket_connect_timeout": 2.0}
+RETRIES = 3
+#: The key layout's version and its migrations (N -> N+1), each called with the store (an
+#: async store awaits what a migration returns). Data written before the layout key existed
+#: is layout 1.
+REDIS_LAYOUT: StoredFormat[Any] = StoredFormat(
+    "Redis key layout", current=1, remedy="upgrade chat-memory, or use another prefix"
+)
+#: Seconds a migration may hold the lock before another store may take it over.
+MIGRATION_LOCK_SECONDS = 300
+
+
+@dataclass(frozen=True)
+class LuaScript:
+    """A script's source and SHA1 (what ``EVALSHA`` names it by)."""
+
+    script: str
+
+    @property
+    def sha(self) -> str:
+        return hashlib.sha1(self.script.encode("utf-8")).hexdigest()
+
+
+_UNLOCK = LuaScript("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0")
+
+
+@cache
+def lua(name: str) -> LuaScript:
+    """The script ``redis_scripts/<name>.lua`` (after the shared prelude, except ``prune``)."""
+    folder = resources.files(__package__) / "redis_scripts"
+    body = (folder / f"{name}.lua").read_text(encoding="utf-8")
+    if name != "prune":
+        body = (folder / "prelude.lua").read_text(encoding="utf-8") + "\n" + body
+    return LuaScript(body)
+
+
+def driver(*modules: str) -> Any:
+    """The ``redis`` package, with ``modules`` of it imported; a missing one names the extra."""
+    try:
+        import redis
+
+        for module in modules:
+            importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        raise ConfigurationError("the Redis stores need the redis driver; pip install 'chat-memory[redis]'") from exc
+    return redis
+
+
+def driver_target(store: type, url: str, options: Mapping[str, Any]) -> tuple[dict[str, Any], str, dict[str, Any], bool]:
+    """Split a store URL and keyword options into (the store's settings, the URL for the
+    redis-py client, the client's options without its retry policy, whether it is a cluster).
+    Query parameters and keywords that are not store options go to the client."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in SCHEMES:
+        raise ConfigurationError(f"store URL scheme ({scheme!r}) is not a Redis scheme; use redis://, rediss:// or redis+cluster://")
+    settings, driver_query = settings_from_url(store, parts.query, options)
+    driver_options = {**_DRIVER_DEFAULTS, **{k: v for k, v in options.items() if k not in settings}}
+    driver_url = urlunsplit((_CLUSTER_SCHEMES.get(scheme, scheme), parts.netloc, parts.path, urlencode(driver_query), ""))
+    return settings, driver_url, driver_options, scheme in _CLUSTER_SCHEMES
+
+
+def retry(retry_class: Any, errors: tuple[type[BaseException], ...]) -> Any:
+    """A few quick jittered retries on ``errors`` (``redis.retry.Retry`` or its asyncio twin)."""
+    # FullJitterBackoff (uniform up to min(cap, base * 2**failures)) is in every redis>=5.0;
+    # ExponentialWithJitterBackoff, nearly the same, only from 5.3 on.
+    from redis.backoff import FullJitterBackoff
+
+    return retry_class(FullJitterBackoff(cap=0.5, base=0.05), RETRIES, supported_errors=errors)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def _event(element: bytes | str, archived: bool = False) -> Event:
+    seq, _, envelope = _text(element).partition(":")
+    return Event.from_json(envelope).model_copy(update={"seq": int(seq), "archived": archived})
+
+
+def command(method: str, *args: Any, **kwargs: Any) -> Steps[Any]:
+    """``reply = yield from command("get", key)``: one client command as a step."""
+    return (yield from call("_command", method, args, kwargs))
+
+
+class RedisLayout:
+    """The I/O-free half of the Redis stores (see the module docstring). ``prefix``
+    namespaces every key (no ``{`` or ``}``); ``max_archived_events`` caps the archive when a
+    plan names no cap (None: unbounded); ``ttl_seconds`` expires a whole conversation that long
+    after its last write."""
+
+    schemes = SCHEMES
+    extra = "redis"
+    url_options = URL_OPTIONS
+    passes_query_to_driver = True
+    default_max_archived_events: int | None = DEFAULT_MAX_ARCHIVED_EVENTS
+    compaction_records_kept = COMPACTION_RECORDS_KEPT
+    _layout_checked = False
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        max_archived_events: int | None = DEFAULT_MAX_ARCHIVED_EVENTS,
+        ttl_seconds: int | None = None,
+        owns_client: bool = False,
+    ) -> None:
+        cluster = self._is_cluster(client)
+        if not isinstance(prefix, str) or "{" in prefix or "}" in prefix:
+            raise ConfigurationError(f"prefix ({prefix!r}) must be a string without '{{' or '}}' (they mark hash tags)")
+        declared = {option.name: option for option in URL_OPTIONS}
+        name = type(self).__name__
+        self.client = client
+        self.cluster = cluster
+        self.prefix = prefix
+        self.default_max_archived_events = declared["max_archived_events"].parse(max_archived_events, name)
+        self.ttl_seconds = declared["ttl_seconds"].parse(ttl_seconds, name)
+        self._owns_client = owns_client
+        self._closed = False
+        self._registry = f"{prefix}conversations"
+
+    def _is_cluster(self, client: Any) -> bool:
+        """Whether ``client`` is a cluster client (refusing one of the wrong kind)."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        kind = "cluster" if self.cluster else "server"
+        return f"{type(self).__name__}({kind}, prefix={self.prefix!r})"
+
+    def _keys(self, cid: str) -> list[str]:
+        digest = hashlib.sha256(cid.encode("utf-8")).hexdigest()[:32]
+        keys = [f"{self.prefix}{{{digest}}}:{suffix}" for suffix in _SUFFIXES]
+        # the registry lives in another slot: scripts may touch it only on a single server
+        return keys if self.cluster else [*keys, self._registry]
+
+    @property
+    def _layout_key(self) -> str:
+        return f"{self.prefix}layout"
+
+    @property
+    def _ttl(self) -> int:
+        return self.ttl_seconds or 0
+
+    # -- layout version ----------------------------------------------------------------------
+
+    def _layout_steps(self) -> Steps[None]:
+        """Once per store: read the prefix's layout version, migrate older data, refuse newer."""
+        if self._layout_checked:
+            return
+        found = yield from command("get", self._layout_key)
+        if found is None:
+            # a new prefix, or data from before the key existed (which is layout 1)
+            found = 1 if (yield from command("exists", self._registry)) else REDIS_LAYOUT.current
+            yield from command("set", self._layout_key, found, nx=True)
+            found = (yield from command("get", self._layout_key)) or found  # another store may have set it first
+        where = f"Redis key {self._layout_key!r}"
+        if REDIS_LAYOUT.steps(REDIS_LAYOUT.parse(found, where), where):
+            self._layout_checked = True  # migrations may use the store's own commands
+            try:
+                yield from self._migrate_steps(where)
+            except BaseException:
+                self._layout_checked = False
+                raise
+        self._layout_checked = True
+
+    def _migrate_steps(self, where: str) -> Steps[None]:
+        """Run the pending migrations while holding ``<prefix>layout:lock``; each step's new
+        version is stored as soon as it is done, so an interrupted run resumes where it stopped."""
+        lock, token = f"{self._layout_key}:lock", uuid.uuid4().hex
+        for delay in Backoff(attempts=200, base=0.01, cap=1.0).delays():
+            if (yield from command("set", lock, token, nx=True, ex=MIGRATION_LOCK_SECONDS)):
+                break
+            yield Sleep(delay)
+        else:
+            raise ConcurrencyError(f"the Redis layout lock {lock!r} stayed taken; is a migration still running?")
+        try:
+            found = REDIS_LAYOUT.parse((yield from command("get", self._layout_key)), where)  # re-read under the lock
+            for step in REDIS_LAYOUT.steps(found, where):
+                yield from call("_upgrade", step)
+                note = f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} {step.description}"
+                yield from command("hset", f"{self._layout_key}:migrations", str(step.to_version), note)
+                yield from command("set", self._layout_key, step.to_version)
+        finally:
+            yield from call("_script", _UNLOCK, [lock], [token])
+
+    def _script_steps(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any]) -> Steps[Any]:
+        yield from self._layout_steps()
+        return (yield from call("_script", script, list(keys), list(args)))
+
+    def _run_steps(self, name: str, cid: str, *args: Any) -> Steps[Any]:
+        return (yield from self._script_steps(lua(name), self._keys(cid), args))
+
+    def _command_steps(self, method: str, *args: Any) -> Steps[Any]:
+        yield from self._layout_steps()
+        return (yield from command(method, *args))
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _snapshot(self, cid: str, reply: list[Any]) -> Snapshot:
+        version, last_seq, error, summary, pinned, active, archived_count = reply[:7]
+        error_text = _text(error)
+        return Snapshot(
+            conversation_id=cid,
+            version=int(version),
+            last_seq=int(last_seq),
+            window=Window(
+                pinned=tuple(_event(e) for e in pinned),
+                summary=_event(summary) if summary else None,
+                active=tuple(_event(e) for e in active),
+            ),
+            archived_count=int(archived_count),
+            compaction_error=error_text[1:] if error_text else None,
+        )
+
+    def _load_steps(self, conversation_id: str) -> Steps[Snapshot]:
+        cid = check_conversation_id(conversation_id)
+        return self._snapshot(cid, (yield from self._run_steps("load", cid)))
+
+    def _history_steps(self, conversation_id: str) -> Steps[list[Event]]:
+        cid = check_conversation_id(conversation_id)
+        reply = yield from self._run_steps("history", cid)
+        events = [*self._snapshot(cid, reply).window.events(), *(_event(e, archived=True) for e in reply[7])]
+        return sorted(events, key=lambda e: e.seq or 0)
+
+    def _search_steps(self, conversation_id: str, query: SearchQuery) -> Steps[SearchResult]:
+        cid = check_conversation_id(conversation_id)
+        mode = "any" if query.match_mode is MatchMode.ANY else "all"
+        args = (mode, query.offset, query.limit, "1" if query.include_recall_tools else "0", *query.terms)
+        total, hits = yield from self._script_steps(lua("search"), self._keys(cid)[: len(_SUFFIXES)], args)
+        events = [_event(hits[i + 1], archived=_text(hits[i]) == "1") for i in range(0, len(hits), 2)]
+        return SearchResult(events=events, total=int(total))
+
+    def _conversations_steps(self) -> Steps[list[str]]:
+        ids = sorted(_text(m) for m in (yield from self._command_steps("smembers", self._registry)))
+        if self.cluster:
+            # no cross-slot script on a cluster: filter out expired conversations, leave the ids
+            alive = yield from call("_pipeline", [("exists", (self._keys(cid)[0],)) for cid in ids], False)
+            return [cid for cid, found in zip(ids, alive) if found]
+        live: list[str] = []
+        for start in range(0, len(ids), 1000):
+            chunk = ids[start : start + 1000]
+            keys = [self._registry, *(self._keys(cid)[0] for cid in chunk)]
+            live += [_text(cid) for cid in (yield from self._script_steps(lua("prune"), keys, chunk))]
+        return sorted(live)
+
+    def _compactions_steps(self, conversation_id: str) -> Steps[list[dict[str, Any]]]:
+        cid = check_conversation_id(conversation_id)
+        return [json.loads(_text(r)) for r in (yield from self._command_steps("lrange", self._keys(cid)[6], 0, -1))]
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def _append_steps(self, conversation_id: str, events: Sequence[Event]) -> Steps[Snapshot]:
+        cid = check_conversation_id(conversation_id)
+        args: list[Any] = [cid, self._ttl, uuid.uuid4().hex]
+        for event in events:
+            envelope = event.to_json()
+            if event.type is EventType.SYSTEM:
+                args += ["p", envelope, "", envelope_id_prefix(envelope)]
+            else:
+                args += ["a", envelope, search_text(event) or "", envelope_id_prefix(envelope)]
+        created, reply = yield from self._run_steps("append", cid, *args)
+        if created and self.cluster:
+            yield from command("sadd", self._registry, cid)
+        return self._snapshot(cid, reply)
+
+    def _apply_steps(self, conversation_id: str, plan: CompactionPlan) -> Steps[bool]:
+        cid = check_conversation_id(conversation_id)
+        cap = plan.max_archived_events if plan.max_archived_events is not None else self.default_max_archived_events
+        summary = plan.summary.model_copy(update={"seq": None, "archived": False}).to_json() if plan.summary else ""
+        record = json.dumps(plan.record) if plan.record is not None else ""
+        args = (plan.expected_version, plan.archive_through_seq, summary, "" if cap is None else cap, self._ttl, record, self.compaction_records_kept)
+        return bool((yield from self._run_steps("apply", cid, *args)))
+
+    def _record_error_steps(self, conversation_id: str, message: str | None) -> Steps[None]:
+        cid = check_conversation_id(conversation_id)
+        yield from self._run_steps("record_error", cid, "0" if message is None else "1", message or "", self._ttl)
+
+    def _clear_steps(self, conversation_id: str) -> Steps[None]:
+        cid = check_conversation_id(conversation_id)
+        yield from self._layout_steps()
+        keys = self._keys(cid)[: len(_SUFFIXES)]
+        if self.cluster:
+            # registry first: an append racing with this clear re-registers after it
+            yield from command("srem", self._registry, cid)
+            yield from command("delete", *keys)
+            return
+        yield from call("_pipeline", [("srem", (self._registry, cid)), ("delete", tuple(keys))], True)
+
+
+__all__ = ["DEFAULT_MAX_ARCHIVED_EVENTS", "DEFAULT_PREFIX", "REDIS_LAYOUT", "SCHEMES", "URL_OPTIONS", "LuaScript", "RedisLayout", "driver", "driver_target", "lua", "retry"]
