@@ -6,6 +6,7 @@ async stores sharing one prefix both ways, what ``open_async_store`` picks, and 
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import pytest
@@ -254,3 +255,29 @@ def test_an_unknown_driver_option_is_named_at_the_first_command():
     with pytest.raises(StorageError, match="no_such_option") as failure:
         asyncio.run(store.load("c"))
     assert SECRET not in str(failure.value)
+
+
+@pytest.mark.redis
+def test_more_concurrent_conversations_than_connections_queue_for_one(redis_server, redis_url):
+    import redis
+
+    name = f"cm-queue-{free_port()}"
+
+    def connected() -> int:
+        return sum(c.get("name") == name for c in redis.Redis.from_url(redis_server.url).client_list())
+
+    async def main() -> None:
+        store = open_async_store(f"{redis_url}&max_connections=4&client_name={name}")
+        assert isinstance(store, AsyncRedisStore) and store.client.connection_pool.max_connections == 4
+        memory = AsyncChatMemory(store, {"compaction_strategy": "turn_window", "max_turns": 2}, token_counter=fixed_tokens)
+        # redis-py's default pool would refuse the 5th concurrent command (MaxConnectionsError)
+        await asyncio.gather(*(memory.add(f"c{i}", turn(f"q{i}")) for i in range(300)))
+        assert sorted(await store.conversations()) == sorted(f"c{i}" for i in range(300))
+        assert 0 < connected() <= 4
+        await memory.aclose()
+
+    asyncio.run(main())
+    deadline = time.monotonic() + 30  # the server drops a closed connection soon, not at once
+    while connected() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert connected() == 0, "aclose() left pooled connections open"

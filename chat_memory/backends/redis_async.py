@@ -21,6 +21,11 @@ from .migrations import Migration
 from .redis_layout import LuaScript, RedisLayout, driver, driver_target, retry
 
 
+#: Connections of a single-server store's pool unless the URL says ``?max_connections=N``;
+#: more concurrent commands wait for a free one (up to 20 s) instead of failing.
+DEFAULT_MAX_CONNECTIONS = 32
+
+
 def _driver() -> Any:
     return driver("redis.asyncio", "redis.asyncio.cluster")
 
@@ -63,7 +68,11 @@ class AsyncRedisStore(RedisLayout, AsyncStore):
             client = redis.asyncio.cluster.RedisCluster.from_url(driver_url, **driver_options)
         else:
             driver_options.setdefault("retry_on_error", errors)
-            client = redis.asyncio.Redis.from_url(driver_url, **driver_options)
+            driver_options.setdefault("max_connections", DEFAULT_MAX_CONNECTIONS)
+            # redis-py's default pool refuses a command when all its connections are busy
+            # (MaxConnectionsError); a thousand conversations on one loop must queue instead
+            pool = redis.asyncio.BlockingConnectionPool.from_url(driver_url, **driver_options)
+            client = redis.asyncio.Redis(connection_pool=pool)
         return cls(client, owns_client=True, **settings)
 
     async def aclose(self) -> None:
@@ -72,6 +81,9 @@ class AsyncRedisStore(RedisLayout, AsyncStore):
             self._closed = True
             close = getattr(self.client, "aclose", None) or self.client.close  # aclose from redis 5.0.1
             await close()
+            pool = getattr(self.client, "connection_pool", None)  # a cluster client has none
+            if pool is not None:
+                await pool.disconnect()
 
     # -- the I/O the shared steps ask for ----------------------------------------------------
 
@@ -133,4 +145,4 @@ class AsyncRedisStore(RedisLayout, AsyncStore):
         return await self._do(self._conversations_steps())  # type: ignore[no-any-return]
 
 
-__all__ = ["AsyncRedisStore"]
+__all__ = ["DEFAULT_MAX_CONNECTIONS", "AsyncRedisStore"]
