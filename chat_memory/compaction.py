@@ -16,7 +16,6 @@ The safety nets live here:
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import time
@@ -31,7 +30,7 @@ from .config import MemoryConfig
 from .errors import ConcurrencyError, ConfigurationError, ContextOverflowError, SummarizerError, is_context_overflow
 from .events import Event, EventType
 from .strategies import Cut, Strategy
-from .steps import Sleep, Steps, Summarize, call
+from .steps import Sleep, Steps, Summarize, arun_memory, call, run
 from .summarizer import Summarizer
 from .tokens import TokenCounter, count_event_tokens
 
@@ -333,35 +332,37 @@ def with_overflow_retry(memory: Any, conversation_id: str, send: Callable[[], T]
     except Exception as first:
         if not is_context_overflow(first):
             raise
-        before = _compact_after_overflow(memory, conversation_id, first)
+        before = run(_compact_after_overflow(conversation_id, first), memory)
     try:
         return send()
     except Exception as second:
         if not is_context_overflow(second):
             raise
-        raise _overflowed_twice(memory, conversation_id, before, second) from second
+        raise run(_overflowed_twice(conversation_id, before, second), memory) from second
 
 
 async def awith_overflow_retry(memory: Any, conversation_id: str, send: Callable[[], Awaitable[T]]) -> T:
-    """:func:`with_overflow_retry` for a coroutine ``send``; the memory calls run in a worker thread."""
+    """:func:`with_overflow_retry` for a coroutine ``send``. ``memory`` is an
+    :class:`~chat_memory.AsyncChatMemory` (awaited) or a :class:`~chat_memory.ChatMemory`
+    (its calls run in a worker thread)."""
     try:
         return await send()
     except Exception as first:
         if not is_context_overflow(first):
             raise
-        before = await asyncio.to_thread(_compact_after_overflow, memory, conversation_id, first)
+        before = await arun_memory(_compact_after_overflow(conversation_id, first), memory)
     try:
         return await send()
     except Exception as second:
         if not is_context_overflow(second):
             raise
-        raise await asyncio.to_thread(_overflowed_twice, memory, conversation_id, before, second) from second
+        raise await arun_memory(_overflowed_twice(conversation_id, before, second), memory) from second
 
 
-def _compact_after_overflow(memory: Any, conversation_id: str, error: BaseException) -> int:
+def _compact_after_overflow(conversation_id: str, error: BaseException) -> Steps[int]:
     """Force a compaction after the model refused the request; the window tokens before it."""
-    before: int = memory.stats(conversation_id).window_tokens
-    result = memory.compact(conversation_id, force=True)
+    before: int = (yield from call("stats", conversation_id)).window_tokens
+    result = yield from call("compact", conversation_id, True)
     log.warning(
         "chat-memory: the model refused %r as too long (%s); a forced compaction archived %d events",
         conversation_id, error, result.archived_events,
@@ -369,8 +370,8 @@ def _compact_after_overflow(memory: Any, conversation_id: str, error: BaseExcept
     return before
 
 
-def _overflowed_twice(memory: Any, conversation_id: str, before: int, error: BaseException) -> ContextOverflowError:
-    after = memory.stats(conversation_id).window_tokens
+def _overflowed_twice(conversation_id: str, before: int, error: BaseException) -> Steps[ContextOverflowError]:
+    after = (yield from call("stats", conversation_id)).window_tokens
     return ContextOverflowError(
         f"the model refused conversation {conversation_id!r} as longer than its context window twice: "
         f"first with {before} window tokens, then, after a forced compaction, with {after} "

@@ -23,7 +23,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class StoreCall:
-    """Call ``store.<method>(*args)`` (the same method names on a sync and an async store)."""
+    """Call ``store.<method>(*args)`` (the same method names on a sync and an async store; a
+    ``ChatMemory`` and an ``AsyncChatMemory`` serve as the target too, see :func:`arun_memory`)."""
 
     method: str
     args: tuple[Any, ...]
@@ -109,9 +110,21 @@ async def _ado(step: Step, store: Any) -> Any:
     return None
 
 
+async def arun_memory(steps: Steps[T], memory: Any) -> T:
+    """Drive ``steps`` of memory calls (``yield from call("window", cid)``) from a coroutine:
+    an :class:`~chat_memory.AsyncChatMemory` is awaited on this loop, no thread involved; a
+    sync :class:`~chat_memory.ChatMemory` runs them all in one worker thread
+    (``asyncio.to_thread``), so the loop never waits on it."""
+    from .aio import AsyncChatMemory  # aio imports this module
+
+    if isinstance(memory, AsyncChatMemory):
+        return await arun(steps, memory)
+    return await asyncio.to_thread(run, steps, memory)
+
+
 def is_async_summarizer(summarizer: Any) -> bool:
     """True when ``summarizer.summarize`` is a coroutine function (``async def``)."""
     return inspect.iscoroutinefunction(getattr(summarizer, "summarize", None))
 
 
-__all__ = ["Sleep", "Step", "Steps", "StoreCall", "Summarize", "arun", "call", "is_async_summarizer", "run"]
+__all__ = ["Sleep", "Step", "Steps", "StoreCall", "Summarize", "arun", "arun_memory", "call", "is_async_summarizer", "run"]

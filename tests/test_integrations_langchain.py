@@ -26,7 +26,14 @@ from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
 from langchain_core.tools import tool  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 
-from chat_memory import ChatMemory, EventType, InvalidInputError, MemoryConfig, open_store  # noqa: E402
+from chat_memory import (  # noqa: E402
+    AsyncChatMemory,
+    ChatMemory,
+    ConfigurationError,
+    EventType,
+    InvalidInputError,
+    MemoryConfig,
+)
 from chat_memory.integrations.langchain import (  # noqa: E402
     ChatMemoryHistory,
     ChatMemoryMiddleware,
@@ -36,6 +43,7 @@ from chat_memory.integrations.langchain import (  # noqa: E402
 )
 from chat_memory.render.plan import MISSING_RESULT_TEXT, SUMMARY_PREFACE  # noqa: E402
 from tests import agent_script  # noqa: E402
+from tests.adapter_memory import kind, memory_of, view  # noqa: E402, F401
 from tests.validators import validate_openai_messages  # noqa: E402
 
 
@@ -72,8 +80,23 @@ def validate(messages: list[BaseMessage]) -> None:
     validate_openai_messages(as_openai(messages))
 
 
-def memory_on(store, **config: Any) -> ChatMemory:
-    return ChatMemory(store, MemoryConfig(**config))
+def memory_on(store, kind: str = "sync", **config: Any) -> ChatMemory | AsyncChatMemory:
+    return memory_of(kind, store, **config)
+
+
+def invoke_all(runnable: Any, kind: str, inputs: list[Any], config: Any = None) -> list[Any]:
+    """``invoke`` each input in turn with a ChatMemory, ``ainvoke`` on one loop with an AsyncChatMemory."""
+    if kind == "sync":
+        return [runnable.invoke(i, config) for i in inputs]
+
+    async def go() -> list[Any]:
+        return [await runnable.ainvoke(i, config) for i in inputs]
+
+    return asyncio.run(go())
+
+
+def turns(*lines: str) -> list[dict[str, Any]]:
+    return [{"messages": [HumanMessage(line)]} for line in lines]
 
 
 # -- the history ----------------------------------------------------------------------------
@@ -163,31 +186,66 @@ def test_the_summary_leads_as_the_placement_says(memory_store, placement, kind):
     assert isinstance(messages[1], HumanMessage) and SUMMARY_PREFACE not in messages[1].content
 
 
-def test_async_methods(memory_store):
-    history = ChatMemoryHistory(memory_on(memory_store), "conv")
+@pytest.mark.parametrize("store_fixture", ["sqlite_store", pytest.param("redis_store", marks=pytest.mark.redis)])
+def test_async_methods(request, store_fixture, kind):
+    memory = memory_on(request.getfixturevalue(store_fixture), kind)
+    history = ChatMemoryHistory(memory, "conv")
+    batch = [
+        HumanMessage("Where is order 7?", id="h1"),
+        AIMessage("", id="a1", tool_calls=[{"name": "lookup", "args": {"id": 7}, "id": "c1"}]),
+        ToolMessage("shipped", tool_call_id="c1", id="t1"),
+        AIMessage("It shipped.", id="a2"),
+    ]
 
     async def run() -> list[BaseMessage]:
-        await history.aadd_messages([HumanMessage("hi"), AIMessage("hello")])
+        await history.aadd_messages(batch)
+        await history.aadd_messages(batch)  # a retry stores nothing twice
         got = await history.aget_messages()
+        assert len(view(memory).history("conv")) == 4
         await history.aclear()
         assert await history.aget_messages() == []
         return got
 
-    assert [m.content for m in asyncio.run(run())] == ["hi", "hello"]
+    got = asyncio.run(run())
+    validate(got)
+    assert [m.content for m in got] == ["Where is order 7?", "", "shipped", "It shipped."]
 
 
-def test_search_tools_find_archived_messages_and_flag_errors(memory_store):
-    memory = memory_on(memory_store, compaction_strategy="turn_window", max_turns=1)
+def test_sync_paths_refuse_an_async_memory_and_name_the_async_method(memory_store):
+    memory = AsyncChatMemory(memory_store)
     history = ChatMemoryHistory(memory, "conv")
+    with pytest.raises(ConfigurationError, match=r"messages is synchronous .* AsyncChatMemory: use await history.aget_messages\(\)"):
+        history.messages
+    with pytest.raises(ConfigurationError, match=r"use await history.aadd_messages\(\) instead, or pass a ChatMemory"):
+        history.add_messages([HumanMessage("hi")])
+    with pytest.raises(ConfigurationError, match=r"use await history.aclear\(\)"):
+        history.clear()
+    search, _ = search_tools(memory, "conv")
+    with pytest.raises(ConfigurationError, match=r"conversation_search tool's invoke\(\) .* use await tool.ainvoke"):
+        search.invoke({"keyword": "hi"})
+    agent = create_agent(new_model(), tools=[], middleware=[ChatMemoryMiddleware(memory, conversation_id="c")])
+    with pytest.raises(ConfigurationError, match=r"agent.invoke\(\) is synchronous .* use agent.ainvoke\(\) or agent.astream\(\)"):
+        agent.invoke({"messages": [HumanMessage("hi")]})
+    assert ChatMemory(memory_store).history("conv") == []  # nothing half-done
+    with pytest.raises(ConfigurationError, match=r"ChatMemoryHistory: memory \(None\) must be a ChatMemory or an AsyncChatMemory"):
+        ChatMemoryHistory(None, "conv")  # type: ignore[arg-type]
+
+
+def test_search_tools_find_archived_messages_and_flag_errors(memory_store, kind):
+    memory = memory_on(memory_store, kind, compaction_strategy="turn_window", max_turns=1)
+    history = ChatMemoryHistory(view(memory), "conv")
     history.add_messages([HumanMessage("Our service is code-named Bluefin."), AIMessage("Noted.")])
     history.add_messages([HumanMessage("Something else."), AIMessage("Sure.")])
     search, fetch = search_tools(memory, "conv")
     assert (search.name, fetch.name) == ("conversation_search", "fetch_tool_result")
-    found = search.invoke({"keyword": "bluefin"})
+    found, answer = invoke_all(search, kind, [
+        {"keyword": "bluefin"},
+        {"name": "conversation_search", "args": {"keyword": " "}, "id": "x1", "type": "tool_call"},
+    ])
     assert "Bluefin" in found and "archived" in found
-    answer = search.invoke({"name": "conversation_search", "args": {"keyword": " "}, "id": "x1", "type": "tool_call"})
     assert isinstance(answer, ToolMessage) and answer.status == "error" and "keyword" in answer.content
-    assert "no tool result" in fetch.invoke({"name": "fetch_tool_result", "args": {"tool_call_id": "nope"}, "id": "x2", "type": "tool_call"}).content
+    [fetched] = invoke_all(fetch, kind, [{"name": "fetch_tool_result", "args": {"tool_call_id": "nope"}, "id": "x2", "type": "tool_call"}])
+    assert "no tool result" in fetched.content
 
 
 def test_messages_from_window_puts_the_system_prompt_first(memory_store):
@@ -235,8 +293,8 @@ def new_model() -> ScriptedChatModel:
 
 
 @pytest.mark.parametrize("store_fixture", ["sqlite_store", pytest.param("redis_store", marks=pytest.mark.redis)])
-def test_a_create_agent_conversation_of_50_turns(request, store_fixture):
-    memory = memory_on(request.getfixturevalue(store_fixture), compaction_strategy="turn_window", max_turns=4)
+def test_a_create_agent_conversation_of_50_turns(request, store_fixture, kind):
+    memory = memory_on(request.getfixturevalue(store_fixture), kind, compaction_strategy="turn_window", max_turns=4)
     model = new_model()
     agent = create_agent(
         model,
@@ -244,11 +302,9 @@ def test_a_create_agent_conversation_of_50_turns(request, store_fixture):
         system_prompt="Your visible history is short; search it for earlier things.",
         middleware=[ChatMemoryMiddleware(memory, conversation_id="conv")],
     )
-    recalled: dict[int, str] = {}
-    for turn in range(agent_script.TURNS):
-        state = agent.invoke({"messages": [HumanMessage(agent_script.user_line(turn))]})
-        if turn in agent_script.RECALL:
-            recalled[turn] = state["messages"][-1].content
+    states = invoke_all(agent, kind, turns(*map(agent_script.user_line, range(agent_script.TURNS))))
+    recalled = {turn: states[turn]["messages"][-1].content for turn in agent_script.RECALL}
+    memory = view(memory)
     for sent in model.requests:
         validate(sent)
         assert isinstance(sent[0], SystemMessage) and sent[0].content.startswith("Your visible history")
@@ -264,13 +320,13 @@ def test_a_create_agent_conversation_of_50_turns(request, store_fixture):
     assert len(history) == agent_script.TURNS * 2 + calls * 2  # user + answer per turn, call + result per tool use
 
 
-def test_the_middleware_follows_the_thread_id_and_stores_each_message_once(memory_store):
-    memory = memory_on(memory_store, compaction_strategy="turn_window", max_turns=2)
+def test_the_middleware_follows_the_thread_id_and_stores_each_message_once(memory_store, kind):
+    memory = memory_on(memory_store, kind, compaction_strategy="turn_window", max_turns=2)
     model = new_model()
     agent = create_agent(model, tools=[lookup_order], middleware=[ChatMemoryMiddleware(memory)], checkpointer=InMemorySaver())
     config = {"configurable": {"thread_id": "thread-7"}}
-    for turn in range(6):
-        state = agent.invoke({"messages": [HumanMessage(agent_script.user_line(turn))]}, config)
+    state = invoke_all(agent, kind, turns(*map(agent_script.user_line, range(6))), config)[-1]
+    memory = view(memory)
     assert len(state["messages"]) > len(model.requests[-1])  # the state keeps everything; the model sees the window
     history = memory.history("thread-7")
     assert sum(e.type is EventType.USER for e in history) == 6
@@ -280,8 +336,9 @@ def test_the_middleware_follows_the_thread_id_and_stores_each_message_once(memor
         validate(sent)
 
 
-def test_the_async_agent_path(memory_store):
-    memory = memory_on(memory_store, compaction_strategy="turn_window", max_turns=2)
+def test_the_async_agent_path(memory_store, kind):
+    """``ainvoke`` with either memory: a ChatMemory in a worker thread, an AsyncChatMemory awaited."""
+    memory = memory_on(memory_store, kind, compaction_strategy="turn_window", max_turns=2)
     model = new_model()
     agent = create_agent(model, tools=[lookup_order], middleware=[ChatMemoryMiddleware(memory, conversation_id="c")])
 
@@ -290,7 +347,7 @@ def test_the_async_agent_path(memory_store):
             await agent.ainvoke({"messages": [HumanMessage(agent_script.user_line(turn))]})
 
     asyncio.run(run())
-    assert sum(e.type is EventType.USER for e in memory.history("c")) == 4
+    assert sum(e.type is EventType.USER for e in view(memory).history("c")) == 4
     for sent in model.requests:
         validate(sent)
 
@@ -321,9 +378,11 @@ class OverflowOnceModel(ScriptedChatModel):
         return super()._generate(messages, stop, run_manager, **kwargs)
 
 
-@pytest.mark.parametrize("use_async", [False, True])
-def test_the_middleware_compacts_by_force_and_retries_once_on_an_overflow(memory_store, use_async):
-    memory = memory_on(memory_store)
+@pytest.mark.parametrize("memory_kind, use_async", [("sync", False), ("sync", True), ("async", True)])
+def test_the_middleware_compacts_by_force_and_retries_once_on_an_overflow(memory_store, memory_kind, use_async, monkeypatch):
+    if memory_kind == "async":  # awith_overflow_retry awaits an AsyncChatMemory: no thread
+        monkeypatch.setattr(asyncio, "to_thread", None)
+    memory = memory_on(memory_store, memory_kind)
     model = OverflowOnceModel(requests=[], calls=itertools.count(1))
     agent = create_agent(model, tools=[lookup_order], middleware=[ChatMemoryMiddleware(memory, conversation_id="c")])
 
@@ -336,6 +395,7 @@ def test_the_middleware_compacts_by_force_and_retries_once_on_an_overflow(memory
     model.armed = True
     state = invoke(3)
     assert state["messages"][-1].content  # answered after the retry
+    memory = view(memory)
     assert memory.compactions("c")[-1].forced
     assert [e.content for e in memory.window("c") if e.type is EventType.USER] == [agent_script.user_line(3)]
     for sent in model.requests:

@@ -17,7 +17,7 @@ from agents import Agent, Model, ModelResponse, Runner, Usage, function_tool, se
 from agents.memory import Session  # noqa: E402
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText  # noqa: E402
 
-from chat_memory import ChatMemory, EventType, InvalidInputError, MemoryConfig  # noqa: E402
+from chat_memory import AsyncChatMemory, ChatMemory, ConfigurationError, EventType, InvalidInputError  # noqa: E402
 from chat_memory.integrations.openai_agents import (  # noqa: E402
     ChatMemorySession,
     UnsupportedOperationError,
@@ -26,6 +26,7 @@ from chat_memory.integrations.openai_agents import (  # noqa: E402
 )
 from chat_memory.render.plan import MISSING_RESULT_TEXT  # noqa: E402
 from tests import agent_script  # noqa: E402
+from tests.adapter_memory import kind, memory_of, view  # noqa: E402, F401
 from tests.validators import validate_openai_messages  # noqa: E402
 
 set_tracing_disabled(True)  # the SDK would export traces to OpenAI otherwise
@@ -67,8 +68,8 @@ def check_items(items: list[dict[str, Any]]) -> None:
     assert called == answered, f"calls without output: {called - answered}"
 
 
-def memory_on(store, **config: Any) -> ChatMemory:
-    return ChatMemory(store, MemoryConfig(**config))
+def memory_on(store, kind: str = "sync", **config: Any) -> ChatMemory | AsyncChatMemory:
+    return memory_of(kind, store, **config)
 
 
 def run(coroutine: Any) -> Any:
@@ -78,8 +79,8 @@ def run(coroutine: Any) -> Any:
 # -- the mapping ----------------------------------------------------------------------------
 
 
-def test_items_map_to_events_and_back(sqlite_store):
-    session = ChatMemorySession(memory_on(sqlite_store), "conv")
+def test_items_map_to_events_and_back(sqlite_store, kind):
+    session = ChatMemorySession(memory_on(sqlite_store, kind), "conv")
     assert isinstance(session, Session)  # the SDK's runtime-checkable protocol
     items = [
         {"role": "system", "content": "Be brief."},
@@ -92,7 +93,7 @@ def test_items_map_to_events_and_back(sqlite_store):
     ]
     run(session.add_items(items))
     run(session.add_items(items[3:]))  # a retry: the ids (or the call's output id) are stored already
-    events = session.memory.history("conv")
+    events = view(session.memory).history("conv")
     assert [e.type.value for e in events] == ["system", "user", "tool_call", "tool_result", "assistant"]
     assert [e.id for e in events[2:]] == ["fc_1", "output:c1", "msg_1"]
     assert events[2].arguments == {"id": 7}
@@ -124,8 +125,8 @@ def test_unknown_item_types_are_refused_by_index():
         events_from_items([{"role": "user", "content": "hi"}, {"type": "web_search_call", "id": "ws_1"}])
 
 
-def test_a_limit_never_splits_a_call_from_its_output(memory_store):
-    session = ChatMemorySession(memory_on(memory_store), "conv")
+def test_a_limit_never_splits_a_call_from_its_output(memory_store, kind):
+    session = ChatMemorySession(memory_on(memory_store, kind), "conv")
     run(session.add_items([
         {"role": "user", "content": "look up 1 and 2"},
         {"role": "assistant", "content": "Looking."},
@@ -148,21 +149,32 @@ def test_a_limit_never_splits_a_call_from_its_output(memory_store):
         run(session.get_items(limit=-1))
 
 
-def test_a_pending_call_gets_a_synthetic_output(memory_store):
-    session = ChatMemorySession(memory_on(memory_store), "conv")
+def test_a_pending_call_gets_a_synthetic_output(memory_store, kind):
+    session = ChatMemorySession(memory_on(memory_store, kind), "conv")
     run(session.add_items([{"role": "user", "content": "go"}, {"type": "function_call", "call_id": "c1", "name": "slow", "arguments": "{}"}]))
     got = run(session.get_items())
     assert got[-1] == {"type": "function_call_output", "call_id": "c1", "output": "Error: " + MISSING_RESULT_TEXT}
 
 
-def test_pop_item_is_refused_and_clear_session_deletes(memory_store):
-    session = ChatMemorySession(memory_on(memory_store), "conv")
+def test_pop_item_is_refused_and_clear_session_deletes(memory_store, kind):
+    session = ChatMemorySession(memory_on(memory_store, kind), "conv")
     run(session.add_items([{"role": "user", "content": "hi"}]))
     with pytest.raises(UnsupportedOperationError, match="append-only"):
         run(session.pop_item())
     assert len(run(session.get_items())) == 1
     run(session.clear_session())
     assert run(session.get_items()) == []
+
+
+def test_the_sync_twins_refuse_an_async_memory_and_name_the_async_method(memory_store):
+    session = ChatMemorySession(AsyncChatMemory(memory_store), "conv")
+    with pytest.raises(ConfigurationError, match=r"items\(\) is synchronous .* AsyncChatMemory: use await session.get_items\(\)"):
+        session.items()
+    with pytest.raises(ConfigurationError, match=r"use await session.add_items\(\) instead, or pass a ChatMemory"):
+        session.add([{"role": "user", "content": "hi"}])
+    assert ChatMemory(memory_store).history("conv") == []
+    with pytest.raises(ConfigurationError, match=r"memory \('memory://'\) must be a ChatMemory or an AsyncChatMemory"):
+        ChatMemorySession("memory://", "conv")  # type: ignore[arg-type]
 
 
 # -- Runner.run with a model stub -----------------------------------------------------------
@@ -199,13 +211,13 @@ class ScriptedModel(Model):
 
 
 @function_tool
-def lookup_order(order_id: int) -> str:
+async def lookup_order(order_id: int) -> str:  # async: the SDK runs a sync tool in asyncio.to_thread
     """Look up an order by its number."""
     return agent_script.lookup_order(order_id)
 
 
-def converse(store, turns: int) -> tuple[ChatMemory, ScriptedModel, dict[int, str]]:
-    memory = memory_on(store, compaction_strategy="turn_window", max_turns=4)
+def converse(store, turns: int, kind: str = "sync") -> tuple[ChatMemory, ScriptedModel, dict[int, str]]:
+    memory = memory_on(store, kind, compaction_strategy="turn_window", max_turns=4)
     model = ScriptedModel()
     agent = Agent(name="assistant", instructions="Search your history for earlier things.", model=model,
                   tools=[lookup_order, search_tool(memory, "conv")])
@@ -218,7 +230,7 @@ def converse(store, turns: int) -> tuple[ChatMemory, ScriptedModel, dict[int, st
             answers[turn] = result.final_output
 
     run(go())
-    return memory, model, answers
+    return view(memory), model, answers
 
 
 def check_run(memory: ChatMemory, model: ScriptedModel, turns: int) -> None:
@@ -234,14 +246,14 @@ def check_run(memory: ChatMemory, model: ScriptedModel, turns: int) -> None:
     assert memory.stats("conv").archived_events > 0
 
 
-def test_runner_keeps_its_history_in_every_store(store):
-    memory, model, _ = converse(store, 7)
+def test_runner_keeps_its_history_in_every_store(store, kind):
+    memory, model, _ = converse(store, 7, kind)
     check_run(memory, model, 7)
 
 
 @pytest.mark.parametrize("store_fixture", ["sqlite_store", pytest.param("redis_store", marks=pytest.mark.redis)])
-def test_a_runner_conversation_of_50_turns(request, store_fixture):
-    memory, model, answers = converse(request.getfixturevalue(store_fixture), agent_script.TURNS)
+def test_a_runner_conversation_of_50_turns(request, store_fixture, kind):
+    memory, model, answers = converse(request.getfixturevalue(store_fixture), agent_script.TURNS, kind)
     check_run(memory, model, agent_script.TURNS)
     for turn, earlier in agent_script.RECALL.items():
         assert agent_script.code(earlier) in answers[turn] and "archived" in answers[turn]

@@ -16,10 +16,12 @@ from typing import Any
 from . import missing_extra
 from ..backends.base import check_conversation_id
 from ..config import SummaryPlacement
-from ..engine import ChatMemory
 from ..errors import ChatMemoryError, InvalidInputError
 from ..events import Event
 from ..render.plan import Step, Text, plan, result_text
+from ..steps import Steps, call
+from ..tools import AsyncConversationSearchTool, AsyncFetchToolResultTool, ConversationSearchTool, FetchToolResultTool
+from .memory import AnyMemory, arun_memory, check_memory, run_sync
 
 try:
     from agents import FunctionTool, RunContextWrapper
@@ -179,35 +181,44 @@ class ChatMemorySession:
     its ``function_call_output``. ``add_items`` appends atomically (compaction runs as in
     ``memory.add``). ``pop_item`` raises :class:`UnsupportedOperationError`: the log is
     append-only (the SDK calls it only to roll back after a failed retry, and logs the error
-    and carries on). ``clear_session`` deletes the conversation. The methods run the sync API
-    in a worker thread (``asyncio.to_thread``) until chat-memory has an async API.
+    and carries on). ``clear_session`` deletes the conversation.
+
+    ``memory`` is a :class:`~chat_memory.ChatMemory` (the async methods run it in a worker
+    thread, ``asyncio.to_thread``) or an :class:`~chat_memory.AsyncChatMemory` (awaited on the
+    loop, no thread); :meth:`items` and :meth:`add`, the sync twins, need a ``ChatMemory``.
 
     >>> result = await Runner.run(agent, "Hi", session=ChatMemorySession(memory, "conv-1"))
     """
 
-    def __init__(self, memory: ChatMemory, session_id: str, session_settings: SessionSettings | None = None) -> None:
-        self.memory = memory
+    def __init__(self, memory: AnyMemory, session_id: str, session_settings: SessionSettings | None = None) -> None:
+        self.memory = check_memory(memory, "ChatMemorySession")
         self.session_id = check_conversation_id(session_id)
         self.session_settings = session_settings
 
-    def items(self, limit: int | None = None) -> list[Item]:
-        """:meth:`get_items`, synchronously."""
-        window = self.memory.model_window(self.session_id)
+    def _items(self, limit: int | None) -> Steps[list[Item]]:
+        window = yield from call("model_window", self.session_id)
         return newest(items_from_window(window, self.memory.config.summary_placement), limit)
 
-    def add(self, items: Sequence[Any]) -> None:
-        """:meth:`add_items`, synchronously."""
+    def _add(self, items: Sequence[Any]) -> Steps[None]:
         events = events_from_items(items)
         if events:
-            self.memory.add(self.session_id, events)
+            yield from call("add", self.session_id, events)
+
+    def items(self, limit: int | None = None) -> list[Item]:
+        """:meth:`get_items`, synchronously (a ``ChatMemory`` only)."""
+        return run_sync(self.memory, self._items(limit), "ChatMemorySession.items()", "await session.get_items()")
+
+    def add(self, items: Sequence[Any]) -> None:
+        """:meth:`add_items`, synchronously (a ``ChatMemory`` only)."""
+        run_sync(self.memory, self._add(items), "ChatMemorySession.add()", "await session.add_items()")
 
     async def get_items(self, limit: int | None = None) -> list[Item]:
         """The window as Responses input items, the newest ``limit`` whole steps' worth."""
-        return await asyncio.to_thread(self.items, limit)
+        return await arun_memory(self._items(limit), self.memory)
 
     async def add_items(self, items: list[Any]) -> None:
         """Store ``items`` in order, atomically; an item already in the window is not stored again."""
-        await asyncio.to_thread(self.add, list(items))
+        await arun_memory(self._add(list(items)), self.memory)
 
     async def pop_item(self) -> Item | None:
         """Refused: chat-memory never deletes a stored event (see the class docstring)."""
@@ -218,15 +229,18 @@ class ChatMemorySession:
 
     async def clear_session(self) -> None:
         """Delete the conversation: window, summary and archive."""
-        await asyncio.to_thread(self.memory.clear, self.session_id)
+        await arun_memory(call("clear", self.session_id), self.memory)
 
 
-def function_tool(tool: Any) -> FunctionTool:
-    """A chat-memory tool (``memory.search_tool(conv)``, ``memory.fetch_tool(conv)``) as an
-    SDK ``FunctionTool`` with the same name, description and JSON schema; bad arguments are
-    answered with an explanation the model can act on."""
+def function_tool(tool: ConversationSearchTool | FetchToolResultTool) -> FunctionTool:
+    """A chat-memory tool (``memory.search_tool(conv)``, ``memory.fetch_tool(conv)``, of a
+    ``ChatMemory`` or an ``AsyncChatMemory``) as an SDK ``FunctionTool`` with the same name,
+    description and JSON schema; bad arguments are answered with an explanation the model can
+    act on. An async tool is awaited; a sync one runs in a worker thread."""
 
     async def invoke(context: RunContextWrapper[Any], arguments: str) -> str:
+        if isinstance(tool, (AsyncConversationSearchTool, AsyncFetchToolResultTool)):
+            return await tool(arguments)
         return await asyncio.to_thread(tool, arguments)
 
     return FunctionTool(
@@ -238,12 +252,12 @@ def function_tool(tool: Any) -> FunctionTool:
     )
 
 
-def search_tool(memory: ChatMemory, conversation_id: str) -> FunctionTool:
+def search_tool(memory: AnyMemory, conversation_id: str) -> FunctionTool:
     """``conversation_search`` bound to one conversation, as an SDK ``FunctionTool`` (its own
     calls and results are left out of search)."""
-    return function_tool(memory.search_tool(conversation_id))
+    return function_tool(check_memory(memory, "search_tool").search_tool(conversation_id))
 
 
-def fetch_tool(memory: ChatMemory, conversation_id: str) -> FunctionTool:
+def fetch_tool(memory: AnyMemory, conversation_id: str) -> FunctionTool:
     """``fetch_tool_result`` bound to one conversation, as an SDK ``FunctionTool``."""
-    return function_tool(memory.fetch_tool(conversation_id))
+    return function_tool(check_memory(memory, "fetch_tool").fetch_tool(conversation_id))

@@ -9,25 +9,28 @@ archives (searchable) instead of deleting."""
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
 
 from ...backends.base import check_conversation_id
 from ...compaction import awith_overflow_retry, with_overflow_retry
-from ...engine import ChatMemory
 from ...errors import ConfigurationError
+from ...events import Event
+from ...steps import Steps, call
 from .. import missing_extra
+from ..memory import AnyMemory, arun_memory, check_memory, run_sync
 from .convert import events_from_messages, render
 
 try:
     from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
 except ImportError:  # pragma: no cover - exercised by the architecture test's subprocess
     raise missing_extra("langchain", "langchain-agents") from None
+
+T = TypeVar("T")
 
 
 class ChatMemoryMiddleware(AgentMiddleware):
@@ -42,16 +45,20 @@ class ChatMemoryMiddleware(AgentMiddleware):
     is added too.
 
     ``conversation_id``: the conversation to keep; ``None`` uses the LangGraph ``thread_id``
-    of the run (``config={"configurable": {"thread_id": ...}}``). The async hooks run the
-    sync API in a worker thread (``asyncio.to_thread``) until chat-memory has an async API.
+    of the run (``config={"configurable": {"thread_id": ...}}``).
+
+    ``memory`` is a :class:`~chat_memory.ChatMemory` or an :class:`~chat_memory.AsyncChatMemory`.
+    The async hooks (``ainvoke``/``astream``) await an ``AsyncChatMemory`` on the loop and run a
+    ``ChatMemory`` in a worker thread (``asyncio.to_thread``); the sync hooks (``invoke``)
+    need a ``ChatMemory`` and raise a ``ConfigurationError`` naming ``ainvoke`` otherwise.
 
     >>> agent = create_agent(model, tools=search_tools(memory, "conv-1"),
     ...                      middleware=[ChatMemoryMiddleware(memory, conversation_id="conv-1")])
     """
 
-    def __init__(self, memory: ChatMemory, conversation_id: str | None = None) -> None:
+    def __init__(self, memory: AnyMemory, conversation_id: str | None = None) -> None:
         super().__init__()
-        self.memory = memory
+        self.memory = check_memory(memory, "ChatMemoryMiddleware")
         self.conversation_id = None if conversation_id is None else check_conversation_id(conversation_id)
 
     # -- the hooks ---------------------------------------------------------------------------
@@ -60,33 +67,35 @@ class ChatMemoryMiddleware(AgentMiddleware):
         """Store the new messages, show the model the window, store its reply."""
         cid = self._conversation()
         # a "prompt is too long" answer: compact by force and send the step once more
-        response = with_overflow_retry(self.memory, cid, lambda: handler(self._request(cid, request)))
-        return self._store_reply(cid, response)
+        response = with_overflow_retry(self.memory, cid, lambda: handler(self._sync(self._request(cid, request))))
+        return self._sync(self._store_reply(cid, response))
 
     async def awrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
     ) -> Any:
-        """:meth:`wrap_model_call` for ``ainvoke``/``astream``; memory calls in a worker thread."""
+        """:meth:`wrap_model_call` for ``ainvoke``/``astream``."""
         cid = self._conversation()
 
         async def send() -> Any:
-            return await handler(await asyncio.to_thread(self._request, cid, request))
+            return await handler(await arun_memory(self._request(cid, request), self.memory))
 
         response = await awith_overflow_retry(self.memory, cid, send)
-        return await asyncio.to_thread(self._store_reply, cid, response)
+        return await arun_memory(self._store_reply(cid, response), self.memory)
 
     def after_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
         """Store what the run added after the last model call."""
-        self._store_new(self._conversation(), state["messages"])
+        self._sync(self._store_new(self._conversation(), state["messages"]))
         return None
 
     async def aafter_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        """:meth:`after_agent` in a worker thread."""
-        cid = self._conversation()
-        await asyncio.to_thread(self._store_new, cid, state["messages"])
+        """:meth:`after_agent` for ``ainvoke``/``astream``."""
+        await arun_memory(self._store_new(self._conversation(), state["messages"]), self.memory)
         return None
 
-    # -- internals -----------------------------------------------------------------------------
+    # -- internals: what to read and write, as steps run by either kind of memory -----------
+
+    def _sync(self, steps: Steps[T]) -> T:
+        return run_sync(self.memory, steps, "ChatMemoryMiddleware under agent.invoke()", "agent.ainvoke() or agent.astream()")
 
     def _conversation(self) -> str:
         if self.conversation_id is not None:
@@ -104,32 +113,40 @@ class ChatMemoryMiddleware(AgentMiddleware):
             )
         return check_conversation_id(str(thread_id))
 
-    def _store_new(self, cid: str, messages: Sequence[BaseMessage]) -> None:
-        new = unstored(messages, {e.id for e in self.memory.window(cid)})
-        events = events_from_messages(new)
+    def _store_new(self, cid: str, messages: Sequence[BaseMessage]) -> Steps[None]:
+        window = yield from call("window", cid)
+        events = events_from_messages(unstored(messages, {e.id for e in window}))
         if events:
-            self.memory.add(cid, events)
+            yield from call("add", cid, events)
 
-    def _request(self, cid: str, request: ModelRequest) -> ModelRequest:
-        self._store_new(cid, request.messages)
-        system, messages = render(self.memory.model_window(cid), self.memory.config.summary_placement)
+    def _request(self, cid: str, request: ModelRequest) -> Steps[ModelRequest]:
+        yield from self._store_new(cid, request.messages)
+        window = yield from call("model_window", cid)
+        system, messages = render(window, self.memory.config.summary_placement)
         own = request.system_message.text if request.system_message is not None else ""
         text = "\n\n".join(t for t in (str(own), system) if t.strip())
         return request.override(messages=messages, system_message=SystemMessage(text) if text else None)
 
-    def _store_reply(self, cid: str, response: Any) -> Any:
-        if isinstance(response, AIMessage):
-            response = ModelResponse(result=[response])
-        inner = getattr(response, "model_response", None)  # ExtendedModelResponse wraps one
-        target = inner if isinstance(inner, ModelResponse) else response
-        if not isinstance(target, ModelResponse):
-            return response
-        result = [_with_id(m) for m in target.result]
-        events = events_from_messages(result)
+    def _store_reply(self, cid: str, response: Any) -> Steps[Any]:
+        response, events = with_reply_ids(response)
         if events:
-            self.memory.add(cid, events)
-        replaced = dataclasses.replace(target, result=result)
-        return dataclasses.replace(response, model_response=replaced) if target is inner else replaced
+            yield from call("add", cid, events)
+        return response
+
+
+def with_reply_ids(response: Any) -> tuple[Any, list[Event]]:
+    """The model's response with an id on every message, and the events to store for it
+    (none for a response that is not a ``ModelResponse``, bare or wrapped)."""
+    if isinstance(response, AIMessage):
+        response = ModelResponse(result=[response])
+    inner = getattr(response, "model_response", None)  # ExtendedModelResponse wraps one
+    target = inner if isinstance(inner, ModelResponse) else response
+    if not isinstance(target, ModelResponse):
+        return response, []
+    result = [_with_id(m) for m in target.result]
+    replaced = dataclasses.replace(target, result=result)
+    response = dataclasses.replace(response, model_response=replaced) if target is inner else replaced
+    return response, events_from_messages(result)
 
 
 def unstored(messages: Sequence[BaseMessage], stored_ids: set[str]) -> list[BaseMessage]:

@@ -7,23 +7,28 @@ from typing import Any
 
 from langchain_core.tools import StructuredTool, ToolException
 
-from ...engine import ChatMemory
-from ...tools import ConversationSearchTool, FetchToolResultTool
+from ...tools import AsyncConversationSearchTool, AsyncFetchToolResultTool, ConversationSearchTool, FetchToolResultTool, ToolOutput
+from ..memory import AnyMemory, check_memory, sync_refused
 
 
 def as_langchain_tool(tool: ConversationSearchTool | FetchToolResultTool) -> StructuredTool:
     """One chat-memory tool as a ``StructuredTool`` with the same name, description and JSON
     schema. An answer that reports an error (a blank keyword, an unknown call id) comes back
-    as a ``ToolMessage`` with ``status="error"`` and the explanation as its content."""
+    as a ``ToolMessage`` with ``status="error"`` and the explanation as its content.
+
+    A tool of an ``AsyncChatMemory`` is awaited by ``ainvoke`` (no thread); its ``invoke``
+    raises a ``ConfigurationError`` saying to use ``ainvoke``. A tool of a ``ChatMemory``
+    answers ``invoke`` in this thread and ``ainvoke`` in a worker thread."""
+    is_async = isinstance(tool, (AsyncConversationSearchTool, AsyncFetchToolResultTool))
 
     def run(**arguments: Any) -> str:
-        arguments = {k: v for k, v in arguments.items() if v is not None}
-        output = tool.run(arguments)
-        if output.is_error:
-            raise ToolException(output.text)
-        return output.text
+        if is_async:
+            raise sync_refused(f"the {tool.name} tool's invoke()", "await tool.ainvoke(...)")
+        return answer(tool.run(given(arguments)))
 
     async def arun(**arguments: Any) -> str:
+        if is_async:
+            return answer(await tool.run(given(arguments)))
         return await asyncio.to_thread(run, **arguments)
 
     return StructuredTool.from_function(
@@ -36,10 +41,24 @@ def as_langchain_tool(tool: ConversationSearchTool | FetchToolResultTool) -> Str
     )
 
 
-def search_tools(memory: ChatMemory, conversation_id: str, fetch: bool = True) -> list[StructuredTool]:
+def given(arguments: dict[str, Any]) -> dict[str, Any]:
+    """The arguments the model gave (LangChain passes the schema's optional ones as None)."""
+    return {k: v for k, v in arguments.items() if v is not None}
+
+
+def answer(output: ToolOutput) -> str:
+    """The tool's text; an error answer as a ``ToolException`` (a ``status="error"`` ToolMessage)."""
+    if output.is_error:
+        raise ToolException(output.text)
+    return output.text
+
+
+def search_tools(memory: AnyMemory, conversation_id: str, fetch: bool = True) -> list[StructuredTool]:
     """``[conversation_search, fetch_tool_result]`` bound to one conversation, for
     ``create_agent(tools=...)`` or ``model.bind_tools(...)`` (``fetch=False``: the search tool
-    only). Their own calls and results are left out of search, like the native tools'."""
+    only). Their own calls and results are left out of search, like the native tools'.
+    ``memory`` is a ``ChatMemory`` or an ``AsyncChatMemory`` (see :func:`as_langchain_tool`)."""
+    check_memory(memory, "search_tools")
     tools = [as_langchain_tool(memory.search_tool(conversation_id))]
     if fetch:
         tools.append(as_langchain_tool(memory.fetch_tool(conversation_id)))
