@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from ..errors import ConfigurationError
 from ..events import Event
 from ..search import SearchQuery, SearchResult
-from .base import CompactionPlan, CompactsWhileAppending, Snapshot, Store
+from .base import CompactionPlan, CompactsWhileAppending, Snapshot, Store, wrap_driver_errors
 
 #: Worker threads of a :class:`ThreadedStore` unless told otherwise: enough to keep a
 #: connection pool busy, few enough that 1,000 waiting conversations queue instead of
@@ -31,7 +31,7 @@ DEFAULT_MAX_WORKERS = 16
 
 _native: dict[str, type[AsyncStore]] = {}
 #: Modules holding native async stores, imported only by :func:`open_async_store`.
-_NATIVE_MODULES: tuple[str, ...] = ()
+_NATIVE_MODULES: tuple[str, ...] = ("chat_memory.backends.sql.async_store",)
 
 
 class AsyncStore(ABC):
@@ -52,13 +52,28 @@ class AsyncStore(ABC):
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
+        for name in Store._WRAPPED:  # driver errors become StorageError, once, here
+            method = cls.__dict__.get(name)
+            if method is not None and not getattr(method, "_wraps_driver_errors", False):
+                setattr(cls, name, wrap_driver_errors(method))
         for scheme in cls.__dict__.get("schemes", ()):
             _native[scheme.lower()] = cls
 
     @classmethod
-    def driver_available(cls) -> bool:
-        """Whether every module of ``driver_modules`` is installed (nothing is imported)."""
-        return all(importlib.util.find_spec(module) is not None for module in cls.driver_modules)
+    def driver_modules_for(cls, scheme: str) -> tuple[str, ...]:
+        """The modules a URL with this scheme needs (``driver_modules`` unless a store's
+        schemes need different drivers)."""
+        return cls.driver_modules
+
+    @classmethod
+    def extra_for(cls, scheme: str) -> str | None:
+        """The ``chat-memory[extra]`` (or extras, comma-separated) a URL with this scheme needs."""
+        return cls.extra
+
+    @classmethod
+    def driver_available(cls, scheme: str = "") -> bool:
+        """Whether every module a URL with ``scheme`` needs is installed (nothing is imported)."""
+        return all(importlib.util.find_spec(module) is not None for module in cls.driver_modules_for(scheme))
 
     @abstractmethod
     async def load(self, conversation_id: str) -> Snapshot: ...
@@ -201,13 +216,14 @@ def open_async_store(
         target = url or default_url()
         scheme = urlsplit(target).scheme.lower()
         native = native_store_class(scheme)
-        if native is not None and native.driver_available():
-            return opening(scheme, native.extra, lambda: native.from_url(target, **options))  # type: ignore[attr-defined]
+        if native is not None and native.driver_available(scheme):
+            return opening(scheme, native.extra_for(scheme), lambda: native.from_url(target, **options))  # type: ignore[attr-defined]
         if threads is False:
             if native is None:
                 raise ConfigurationError(f"threads (False): {scheme}:// has no native async store; leave threads unset")
-            missing = ", ".join(m for m in native.driver_modules if importlib.util.find_spec(m) is None)
-            hint = f"pip install 'chat-memory[{native.extra}]'" if native.extra else f"install {missing}"
+            missing = ", ".join(m for m in native.driver_modules_for(scheme) if importlib.util.find_spec(m) is None)
+            extra = native.extra_for(scheme)
+            hint = f"pip install 'chat-memory[{extra}]'" if extra else f"install {missing}"
             raise ConfigurationError(f"threads (False): the async driver for {scheme}:// is missing ({missing}); {hint}")
     return ThreadedStore(open_store(url, **options), max_workers=max_workers)
 

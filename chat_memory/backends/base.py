@@ -8,6 +8,7 @@ Stores apply compaction plans; they never make them (that is the engine's job).
 from __future__ import annotations
 
 import functools
+import inspect
 import random
 import time
 from abc import ABC, abstractmethod
@@ -356,7 +357,25 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def wrap_driver_errors(method: F) -> F:
-    """Turn any non-chat-memory exception escaping ``method`` into a :class:`StorageError`."""
+    """Turn any non-chat-memory exception escaping ``method`` (a function or a coroutine
+    function) into a :class:`StorageError`."""
+
+    def failed(self: Any, exc: Exception) -> StorageError:
+        return StorageError(f"{type(self).__name__}.{method.__name__} failed: {type(exc).__name__}: {exc}")
+
+    if inspect.iscoroutinefunction(method):  # an AsyncStore's coroutine
+
+        @functools.wraps(method)
+        async def awaiting(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return await method(self, *args, **kwargs)
+            except ChatMemoryError:
+                raise
+            except Exception as exc:
+                raise failed(self, exc) from exc
+
+        awaiting._wraps_driver_errors = True  # type: ignore[attr-defined]
+        return awaiting  # type: ignore[return-value]
 
     @functools.wraps(method)
     def wrapper(self: Store, *args: Any, **kwargs: Any) -> Any:
@@ -365,7 +384,7 @@ def wrap_driver_errors(method: F) -> F:
         except ChatMemoryError:
             raise
         except Exception as exc:
-            raise StorageError(f"{type(self).__name__}.{method.__name__} failed: {type(exc).__name__}: {exc}") from exc
+            raise failed(self, exc) from exc
 
     wrapper._wraps_driver_errors = True  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]

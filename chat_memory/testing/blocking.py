@@ -44,10 +44,10 @@ class BlockingStore(Store):
 
     def __init__(self, store: AsyncStore) -> None:
         self.async_store = store
-        inner = getattr(store, "store", None)
-        if inner is not None:
-            self.default_max_archived_events = inner.default_max_archived_events
-            self.compaction_records_kept = inner.compaction_records_kept
+        inner = getattr(store, "store", store)  # a ThreadedStore's sync store, or a native one
+        for setting in ("default_max_archived_events", "compaction_records_kept"):
+            if hasattr(inner, setting):
+                setattr(self, setting, getattr(inner, setting))
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> BlockingStore:
