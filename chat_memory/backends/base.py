@@ -12,7 +12,8 @@ import inspect
 import random
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar, TypeVar
 from urllib.parse import parse_qsl
@@ -359,35 +360,33 @@ F = TypeVar("F", bound=Callable[..., Any])
 def wrap_driver_errors(method: F) -> F:
     """Turn any non-chat-memory exception escaping ``method`` (a function or a coroutine
     function) into a :class:`StorageError`."""
-
-    def failed(self: Any, exc: Exception) -> StorageError:
-        return StorageError(f"{type(self).__name__}.{method.__name__} failed: {type(exc).__name__}: {exc}")
-
     if inspect.iscoroutinefunction(method):  # an AsyncStore's coroutine
 
         @functools.wraps(method)
         async def awaiting(self: Any, *args: Any, **kwargs: Any) -> Any:
-            try:
+            with _driver_errors(self, method.__name__):
                 return await method(self, *args, **kwargs)
-            except ChatMemoryError:
-                raise
-            except Exception as exc:
-                raise failed(self, exc) from exc
 
         awaiting._wraps_driver_errors = True  # type: ignore[attr-defined]
         return awaiting  # type: ignore[return-value]
 
     @functools.wraps(method)
     def wrapper(self: Store, *args: Any, **kwargs: Any) -> Any:
-        try:
+        with _driver_errors(self, method.__name__):
             return method(self, *args, **kwargs)
-        except ChatMemoryError:
-            raise
-        except Exception as exc:
-            raise failed(self, exc) from exc
 
     wrapper._wraps_driver_errors = True  # type: ignore[attr-defined]
     return wrapper  # type: ignore[return-value]
+
+
+@contextmanager
+def _driver_errors(store: Any, method: str) -> Iterator[None]:
+    try:
+        yield
+    except ChatMemoryError:
+        raise
+    except Exception as exc:
+        raise StorageError(f"{type(store).__name__}.{method} failed: {type(exc).__name__}: {exc}") from exc
 
 
 # -- helpers shared by backends ------------------------------------------------------------

@@ -29,6 +29,7 @@ from ..aio import AsyncStore
 from ..base import COMPACTION_RECORDS_KEPT, Backoff, CompactionPlan, Snapshot, Store, check_conversation_id
 from .engine import (
     Attempts,
+    adopt_engine,
     engine_arguments,
     is_conflict,
     is_in_memory_sqlite,
@@ -37,8 +38,8 @@ from .engine import (
     write_options,
 )
 from .operations import SQLOperations
-from .schema import DEFAULT_TABLE_PREFIX, Tables, build_tables
-from .store import SQLStore, check_max_archived_events
+from .schema import DEFAULT_TABLE_PREFIX, Tables
+from .store import SQLStore
 
 T = TypeVar("T")
 
@@ -99,19 +100,16 @@ class AsyncSQLStore(AsyncStore):
             if url.get_backend_name() == "sqlite":
                 prepare_sqlite_engine(self.engine.sync_engine, wal=not is_in_memory_sqlite(url))
         elif isinstance(engine, AsyncEngine):
-            if engine_options:
-                raise ConfigurationError(f"engine options ({', '.join(engine_options)}) apply only when given a URL")
+            adopt_engine(engine.sync_engine, engine_options)
             self._owns_engine = False
             self.engine = engine
-            if engine.dialect.name == "sqlite":
-                prepare_sqlite_engine(engine.sync_engine, wal=not is_in_memory_sqlite(engine.url))
         else:
             raise ConfigurationError(f"engine ({engine!r}) must be a SQLAlchemy URL or AsyncEngine")
-        self.default_max_archived_events = check_max_archived_events(max_archived_events)
-        self.tables: Tables = build_tables(table_prefix)
         self.ops = SQLOperations(
-            self.tables, max_archived_events=max_archived_events, compaction_records_kept=self.compaction_records_kept
+            table_prefix, max_archived_events=max_archived_events, compaction_records_kept=self.compaction_records_kept
         )
+        self.tables: Tables = self.ops.tables
+        self.default_max_archived_events = self.ops.max_archived_events
         self.retry = retry or Backoff()
         self._dialect = self.engine.dialect.name
         # one shared connection (in-memory SQLite) allows no concurrency of its own

@@ -91,6 +91,15 @@ def create_store_engine(url: sa.URL, **engine_options: Any) -> sa.Engine:
     return engine
 
 
+def adopt_engine(engine: sa.Engine, engine_options: dict[str, Any]) -> None:
+    """Check a caller's engine (engine keywords apply only to a URL) and give SQLite the
+    store's transaction control (see :func:`prepare_sqlite_engine`)."""
+    if engine_options:
+        raise ConfigurationError(f"engine options ({', '.join(engine_options)}) apply only when given a URL")
+    if engine.dialect.name == "sqlite":
+        prepare_sqlite_engine(engine, wal=not is_in_memory_sqlite(engine.url))
+
+
 def prepare_sqlite_engine(engine: sa.Engine, *, wal: bool = True) -> None:
     """Let the store emit BEGIN itself (``BEGIN IMMEDIATE`` for writes, so a writer holds the
     lock from its first read and never has to upgrade it) and tune SQLite for several

@@ -19,12 +19,13 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from ...errors import ConfigurationError
 from ...events import Event, EventType, Window
 from ...pins import superseded
 from ...search import RECALL_MARK, MatchMode, SearchQuery, SearchResult, search_events, search_text
 from ..base import CompactionPlan, Snapshot, number, split_appended, tool_call_fragment, unstored
 from .engine import lock_schema
-from .schema import Tables, ensure_schema, pushes_down, stored_message, stored_search_text
+from .schema import build_tables, ensure_schema, pushes_down, stored_message, stored_search_text
 
 _NOT_ACTIVE = (EventType.SYSTEM.value, EventType.SUMMARY.value)
 _TOOL_TYPES = (EventType.TOOL_CALL.value, EventType.TOOL_RESULT.value)
@@ -40,14 +41,19 @@ def _now() -> datetime:
 
 
 class SQLOperations:
-    """Every store operation over one set of :class:`~chat_memory.backends.sql.schema.Tables`,
+    """Every store operation over the tables of one prefix,
     with the statements of every turn built once (constructing a statement costs more than
     SQLite takes to run it). Writes expect a write transaction (the conversation's row is
     locked with ``SELECT … FOR UPDATE``; SQLite's ``BEGIN IMMEDIATE`` holds the database
     lock already); reads expect any transaction."""
 
-    def __init__(self, tables: Tables, *, max_archived_events: int | None, compaction_records_kept: int) -> None:
-        self.tables = tables
+    def __init__(self, table_prefix: str, *, max_archived_events: int | None, compaction_records_kept: int) -> None:
+        if max_archived_events is not None and (
+            isinstance(max_archived_events, bool) or not isinstance(max_archived_events, int) or max_archived_events < 0
+        ):
+            raise ConfigurationError(f"max_archived_events ({max_archived_events!r}) must be 0 or more, or None")
+        self.tables = tables = build_tables(table_prefix)
+        #: The archive cap of a plan that names none (None: unbounded).
         self.max_archived_events = max_archived_events
         self.compaction_records_kept = compaction_records_kept
         conversations, events = tables.conversations, tables.events

@@ -24,18 +24,11 @@ from ..base import (
     StoreOption,
     check_conversation_id,
 )
-from .engine import Attempts, Transactions, create_store_engine, is_conflict, prepare_sqlite_engine, split_url_options
+from .engine import Attempts, Transactions, adopt_engine, create_store_engine, is_conflict, split_url_options
 from .operations import SQLOperations, conversation_key
-from .schema import DEFAULT_TABLE_PREFIX, Tables, build_tables
+from .schema import DEFAULT_TABLE_PREFIX, Tables
 
 T = TypeVar("T")
-
-
-def check_max_archived_events(value: object) -> int | None:
-    """``value`` if it is a valid archive cap (0 or more, or None)."""
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-        raise ConfigurationError(f"max_archived_events ({value!r}) must be 0 or more, or None")
-    return value
 
 
 class SQLStore(CompactsWhileAppending, Store):
@@ -94,19 +87,16 @@ class SQLStore(CompactsWhileAppending, Store):
             self._owns_engine = True
             self.engine = create_store_engine(url, **engine_options)
         elif isinstance(engine, sa.Engine):
-            if engine_options:
-                raise ConfigurationError(f"engine options ({', '.join(engine_options)}) apply only when given a URL")
+            adopt_engine(engine, engine_options)
             self._owns_engine = False
             self.engine = engine
-            if engine.dialect.name == "sqlite":
-                prepare_sqlite_engine(engine, wal=engine.url.database not in (None, "", ":memory:"))
         else:
             raise ConfigurationError(f"engine ({engine!r}) must be a SQLAlchemy URL or Engine")
-        self.default_max_archived_events = check_max_archived_events(max_archived_events)
-        self.tables: Tables = build_tables(table_prefix)
         self.ops = SQLOperations(
-            self.tables, max_archived_events=max_archived_events, compaction_records_kept=self.compaction_records_kept
+            table_prefix, max_archived_events=max_archived_events, compaction_records_kept=self.compaction_records_kept
         )
+        self.tables: Tables = self.ops.tables
+        self.default_max_archived_events = self.ops.max_archived_events
         self.retry = retry or Backoff()
         self._tx = Transactions(self.engine)
         self._schema_ready = False
