@@ -5,6 +5,8 @@ stores sharing one database and its schema, open_async_store's choice, errors an
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 
 import pytest
 import sqlalchemy as sa
@@ -171,13 +173,24 @@ def test_postgres_urls_open_psycopg_in_async_mode_and_name_both_extras():
     assert AsyncSQLStore.extra_for("sqlite") == "asyncio"
 
 
-def test_a_missing_async_driver_falls_back_to_threads_or_names_the_extra(sqlite_url, monkeypatch):
-    monkeypatch.setattr(AsyncSQLStore, "driver_modules", ("greenlet", "no_such_aiosqlite_for_chat_memory"))
-    threaded = open_async_store(sqlite_url, max_workers=2)
-    assert type(threaded) is ThreadedStore
-    asyncio.run(threaded.aclose())
-    with pytest.raises(ConfigurationError, match=r"no_such_aiosqlite_for_chat_memory.*chat-memory\[asyncio\]"):
-        open_async_store(sqlite_url, threads=False)
+def test_without_the_asyncio_extra_sql_falls_back_to_threads_or_names_the_extra(sqlite_url):
+    """As after installing chat-memory without ``[asyncio]``: greenlet and aiosqlite missing."""
+    code = (
+        "import sys\n"
+        "sys.modules['greenlet'] = sys.modules['aiosqlite'] = None\n"
+        "import asyncio\n"
+        "from chat_memory import ConfigurationError, ThreadedStore, open_async_store\n"
+        "store = open_async_store(sys.argv[1])\n"
+        "assert type(store) is ThreadedStore, store\n"
+        "asyncio.run(store.aclose())\n"
+        "try:\n"
+        "    open_async_store(sys.argv[1], threads=False)\n"
+        "except ConfigurationError as exc:\n"
+        "    print(exc)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code, sqlite_url], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "greenlet, aiosqlite" in result.stdout and "pip install 'chat-memory[asyncio]'" in result.stdout
 
 
 def test_url_options_and_a_callers_engine(sqlite_url):

@@ -7,8 +7,19 @@ same store for the async API (``open_async_store``), over SQLAlchemy's asyncio e
 
 from __future__ import annotations
 
+from typing import Any
+
 from .schema import DEFAULT_TABLE_PREFIX, SCHEMA_VERSION
-from .async_store import AsyncSQLStore
 from .store import SQLStore
+
+
+def __getattr__(name: str) -> Any:
+    # the async store imports SQLAlchemy's asyncio extension: only when asked for
+    if name == "AsyncSQLStore":
+        from .async_store import AsyncSQLStore
+
+        return AsyncSQLStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["DEFAULT_TABLE_PREFIX", "SCHEMA_VERSION", "AsyncSQLStore", "SQLStore"]

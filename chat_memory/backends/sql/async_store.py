@@ -15,11 +15,10 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager, nullcontext
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from urllib.parse import urlsplit
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.pool import StaticPool
 
 from ...errors import ConfigurationError
@@ -40,6 +39,9 @@ from .engine import (
 from .operations import SQLOperations
 from .schema import DEFAULT_TABLE_PREFIX, Tables
 from .store import SQLStore
+
+if TYPE_CHECKING:  # the asyncio extension needs greenlet: imported when a store is built
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 T = TypeVar("T")
 
@@ -92,6 +94,8 @@ class AsyncSQLStore(AsyncStore):
         retry: Backoff | None = None,
         **engine_options: Any,
     ) -> None:
+        from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
         if isinstance(engine, str):
             url, _ = split_url_options(engine, {option.name for option in self.url_options})
             url = async_url(url)
