@@ -27,7 +27,10 @@ PUBLIC_MODULES = {
     "chat_memory.testing.scripted_model",
     "chat_memory.tools",
 }
-OPTIONAL = ("anthropic", "redis", "boto3", "botocore", "psycopg", "httpx2", "moto", "langchain_core", "agents", "lfx")
+OPTIONAL = (
+    "anthropic", "redis", "boto3", "botocore", "psycopg", "httpx2", "moto", "langchain_core", "agents", "lfx",
+    "aiosqlite", "greenlet",
+)
 
 
 def module_name(path: Path) -> str:

@@ -152,7 +152,7 @@ def test_bad_input_is_refused_alike():
 
 
 def test_open_async_store_threads_the_sync_store(sqlite_url):
-    store = open_async_store(sqlite_url, max_workers=3)
+    store = open_async_store(sqlite_url, max_workers=3, threads=True)
     assert isinstance(store, ThreadedStore) and not store.native and store.max_workers == 3
     asyncio.run(store.aclose())
 

@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent.parent
 #: The extras a user installs; ``all``, ``dev`` and ``bench`` only combine them or add tools.
 #: (The framework adapters' extras are not here: their floors are the versions the newest run
 #: and tests/langflow test them on, and their packages need a newer pydantic than the core.)
-USER_EXTRAS = ("postgres", "redis", "s3", "anthropic")
+USER_EXTRAS = ("postgres", "redis", "s3", "anthropic", "asyncio")
 
 
 def _name(name: str) -> str:

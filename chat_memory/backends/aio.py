@@ -31,7 +31,7 @@ DEFAULT_MAX_WORKERS = 16
 
 _native: dict[str, type[AsyncStore]] = {}
 #: Modules holding native async stores, imported only by :func:`open_async_store`.
-_NATIVE_MODULES: tuple[str, ...] = ("chat_memory.backends.redis_async",)
+_NATIVE_MODULES: tuple[str, ...] = ("chat_memory.backends.redis_async", "chat_memory.backends.sql.async_store")
 
 
 class AsyncStore(ABC):
@@ -63,10 +63,21 @@ class AsyncStore(ABC):
             _native[scheme.lower()] = cls
 
     @classmethod
-    def driver_available(cls) -> bool:
-        """Whether every module of ``driver_modules`` is installed (only parent packages of a
-        dotted name are imported, as :func:`importlib.util.find_spec` must)."""
-        return all(_installed(module) for module in cls.driver_modules)
+    def driver_modules_for(cls, scheme: str) -> tuple[str, ...]:
+        """The modules a URL with this scheme needs (``driver_modules`` unless a store's
+        schemes need different drivers)."""
+        return cls.driver_modules
+
+    @classmethod
+    def extra_for(cls, scheme: str) -> str | None:
+        """The ``chat-memory[extra]`` (or extras, comma-separated) a URL with this scheme needs."""
+        return cls.extra
+
+    @classmethod
+    def driver_available(cls, scheme: str = "") -> bool:
+        """Whether every module a URL with ``scheme`` needs is installed (only parent packages
+        of a dotted name are imported, as :func:`importlib.util.find_spec` must)."""
+        return all(_installed(module) for module in cls.driver_modules_for(scheme))
 
     @abstractmethod
     async def load(self, conversation_id: str) -> Snapshot: ...
@@ -209,13 +220,14 @@ def open_async_store(
         target = url or default_url()
         scheme = urlsplit(target).scheme.lower()
         native = native_store_class(scheme)
-        if native is not None and native.driver_available():
-            return opening(scheme, native.extra, lambda: native.from_url(target, **options))  # type: ignore[attr-defined]
+        if native is not None and native.driver_available(scheme):
+            return opening(scheme, native.extra_for(scheme), lambda: native.from_url(target, **options))  # type: ignore[attr-defined]
         if threads is False:
             if native is None:
                 raise ConfigurationError(f"threads (False): {scheme}:// has no native async store; leave threads unset")
-            missing = ", ".join(m for m in native.driver_modules if not _installed(m))
-            hint = f"pip install 'chat-memory[{native.extra}]'" if native.extra else f"install {missing}"
+            missing = ", ".join(m for m in native.driver_modules_for(scheme) if not _installed(m))
+            extra = native.extra_for(scheme)
+            hint = f"pip install 'chat-memory[{extra}]'" if extra else f"install {missing}"
             raise ConfigurationError(f"threads (False): the async driver for {scheme}:// is missing ({missing}); {hint}")
     return ThreadedStore(open_store(url, **options), max_workers=max_workers)
 

@@ -16,7 +16,8 @@ from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import StaticPool
 
-from ...errors import ConfigurationError
+from ...errors import ConcurrencyError, ConfigurationError
+from ..base import Backoff
 from ..urls import redact_url
 
 #: Seconds a SQLite connection waits for another process's write lock before reporting "locked".
@@ -60,26 +61,43 @@ def is_in_memory_sqlite(url: sa.URL) -> bool:
     return url.get_backend_name() == "sqlite" and (url.database or ":memory:") == ":memory:"
 
 
-def create_store_engine(url: sa.URL, **engine_options: Any) -> sa.Engine:
-    """An engine for ``url``: SQLite gets WAL, a busy timeout and explicit transaction control
-    (its file's parent folder is created); an in-memory SQLite database is one shared
-    connection; other databases use SQLAlchemy's connection pool with pre-ping."""
-    connect_args = dict(engine_options.pop("connect_args", {}))
+def engine_arguments(url: sa.URL, engine_options: dict[str, Any]) -> dict[str, Any]:
+    """The keyword arguments of ``create_engine`` (or ``create_async_engine``) for ``url``:
+    SQLite gets a busy timeout and a single shared connection when in memory (its file's
+    parent folder is created); other databases a connect timeout and pre-ping."""
+    options = dict(engine_options)
+    connect_args = dict(options.pop("connect_args", {}))
     if url.get_backend_name() != "sqlite":
         if url.get_driver_name() in ("psycopg", "psycopg2") and "connect_timeout" not in url.query:
             connect_args.setdefault("connect_timeout", POSTGRES_CONNECT_TIMEOUT)
-        engine_options.setdefault("pool_pre_ping", True)
-        return sa.create_engine(url, connect_args=connect_args, **engine_options)
+        options.setdefault("pool_pre_ping", True)
+        return {"connect_args": connect_args, **options}
     if "timeout" not in url.query:
         connect_args.setdefault("timeout", SQLITE_BUSY_TIMEOUT)
     connect_args.setdefault("check_same_thread", False)
     if is_in_memory_sqlite(url):
-        engine_options.setdefault("poolclass", StaticPool)
+        options.setdefault("poolclass", StaticPool)
     elif url.database and not url.database.startswith("file:"):
         Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-    engine = sa.create_engine(url, connect_args=connect_args, **engine_options)
-    prepare_sqlite_engine(engine, wal=not is_in_memory_sqlite(url))
+    return {"connect_args": connect_args, **options}
+
+
+def create_store_engine(url: sa.URL, **engine_options: Any) -> sa.Engine:
+    """An engine for ``url`` (see :func:`engine_arguments`); SQLite also gets WAL and explicit
+    transaction control (:func:`prepare_sqlite_engine`)."""
+    engine = sa.create_engine(url, **engine_arguments(url, engine_options))
+    if url.get_backend_name() == "sqlite":
+        prepare_sqlite_engine(engine, wal=not is_in_memory_sqlite(url))
     return engine
+
+
+def adopt_engine(engine: sa.Engine, engine_options: dict[str, Any]) -> None:
+    """Check a caller's engine (engine keywords apply only to a URL) and give SQLite the
+    store's transaction control (see :func:`prepare_sqlite_engine`)."""
+    if engine_options:
+        raise ConfigurationError(f"engine options ({', '.join(engine_options)}) apply only when given a URL")
+    if engine.dialect.name == "sqlite":
+        prepare_sqlite_engine(engine, wal=not is_in_memory_sqlite(engine.url))
 
 
 def prepare_sqlite_engine(engine: sa.Engine, *, wal: bool = True) -> None:
@@ -134,15 +152,36 @@ class Transactions:
     def write(self) -> Iterator[sa.Connection]:
         """A transaction for writes; on SQLite it takes the database write lock at BEGIN."""
         with self._serialised(), self.engine.connect() as connection:
-            if self.dialect == "sqlite":
-                connection = connection.execution_options(**{_BEGIN_OPTION: "BEGIN IMMEDIATE"})
-            with connection.begin():
+            with connection.execution_options(**write_options(self.dialect)).begin():
                 yield connection
 
-    def lock_schema(self, connection: sa.Connection, name: str) -> None:
-        """Serialise schema creation between processes (SQLite already holds its write lock)."""
-        if self.dialect == "postgresql":
-            connection.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:name))"), {"name": name})
+
+def write_options(dialect: str) -> dict[str, str]:
+    """The execution options of a write transaction: ``BEGIN IMMEDIATE`` on SQLite."""
+    return {_BEGIN_OPTION: "BEGIN IMMEDIATE"} if dialect == "sqlite" else {}
+
+
+def lock_schema(connection: sa.Connection, name: str) -> None:
+    """Serialise schema creation between processes (SQLite already holds its write lock)."""
+    if connection.dialect.name == "postgresql":
+        connection.execute(sa.text("SELECT pg_advisory_xact_lock(hashtext(:name))"), {"name": name})
+
+
+class Attempts:
+    """The retries of a transaction that may lose a race: iterate for the delay to sleep after
+    each lost attempt (record it in :attr:`last`); when they run out, iteration raises
+    :class:`ConcurrencyError` from the last conflict. Shared by the sync and async stores."""
+
+    def __init__(self, retry: Backoff, what: str) -> None:
+        self.retry = retry
+        self.what = what
+        self.last: BaseException | None = None
+
+    def __iter__(self) -> Iterator[float]:
+        yield from self.retry.delays()
+        raise ConcurrencyError(
+            f"{self.what} lost {self.retry.attempts} races with concurrent writers; giving up"
+        ) from self.last
 
 
 def is_conflict(exc: BaseException) -> bool:

@@ -1,0 +1,241 @@
+"""AsyncSQLStore: the SQL store over SQLAlchemy's asyncio extension (aiosqlite for SQLite,
+psycopg 3's async mode for PostgreSQL), for :class:`~chat_memory.AsyncChatMemory`.
+
+No second copy of the queries: every operation is a transaction body of
+:class:`~chat_memory.backends.sql.operations.SQLOperations` (the ones :class:`SQLStore` runs),
+run here with ``await connection.run_sync(body, …)`` on an :class:`~sqlalchemy.ext.asyncio.AsyncEngine`:
+SQLAlchemy drives the sync code over the async driver through greenlet, with no threads. The
+tables, schema migrations, retries on lost races, idempotent appends, the compare-and-swap
+compaction, the archive cap and the compaction records are therefore the sync store's, and
+both stores can share one database.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Collection, Sequence
+from contextlib import asynccontextmanager, nullcontext
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from urllib.parse import urlsplit
+
+import sqlalchemy as sa
+from sqlalchemy.pool import StaticPool
+
+from ...errors import ConfigurationError
+from ...events import Event
+from ...search import SearchQuery, SearchResult
+from ..aio import AsyncStore
+from ..base import COMPACTION_RECORDS_KEPT, Backoff, CompactionPlan, Snapshot, Store, check_conversation_id
+from .engine import (
+    Attempts,
+    adopt_engine,
+    engine_arguments,
+    is_conflict,
+    is_in_memory_sqlite,
+    prepare_sqlite_engine,
+    split_url_options,
+    write_options,
+)
+from .operations import SQLOperations
+from .schema import DEFAULT_TABLE_PREFIX, Tables
+from .store import SQLStore
+
+if TYPE_CHECKING:  # the asyncio extension needs greenlet: imported when a store is built
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+T = TypeVar("T")
+
+
+def _dialect_and_driver(scheme: str) -> tuple[str, str]:
+    dialect, _, driver = scheme.lower().partition("+")
+    return ("postgresql" if dialect == "postgres" else dialect), driver
+
+
+def async_url(url: sa.URL) -> sa.URL:
+    """``url`` with the async driver of its database: ``sqlite://`` and ``sqlite+pysqlite://``
+    become ``sqlite+aiosqlite://``; PostgreSQL URLs without a driver or with psycopg
+    (``postgres://``, ``postgresql://``, ``postgresql+psycopg://``) become
+    ``postgresql+psycopg://``, which SQLAlchemy's async engine runs in psycopg's async mode.
+    An async driver named explicitly is kept."""
+    dialect, driver = _dialect_and_driver(url.drivername)
+    if dialect == "sqlite" and driver in ("", "pysqlite"):
+        return url.set(drivername="sqlite+aiosqlite")
+    if dialect == "postgresql" and driver in ("", "psycopg", "psycopg2"):
+        return url.set(drivername="postgresql+psycopg")
+    return url
+
+
+class AsyncSQLStore(AsyncStore):
+    """The SQL store for the async API, natively async (no thread pool).
+
+    >>> store = AsyncSQLStore("sqlite:///chat.db")                  # or open_async_store("sqlite:///chat.db")
+    >>> store = AsyncSQLStore("postgresql://user@host/db?table_prefix=bot_")
+    >>> store = AsyncSQLStore(async_engine)                          # a ready AsyncEngine stays the caller's
+
+    Takes the URLs and options of :class:`~chat_memory.backends.sql.SQLStore`
+    (``table_prefix``, ``max_archived_events``, ``retry``, engine keywords) and uses the same
+    tables, so a sync and an async store can work on one database side by side.
+    """
+
+    schemes = ("sqlite", "postgresql", "postgres")
+    driver_modules: ClassVar[tuple[str, ...]] = ("greenlet", "aiosqlite")
+    extra: ClassVar[str | None] = "asyncio"
+    url_options = SQLStore.url_options
+    passes_query_to_driver = True
+    compaction_records_kept: ClassVar[int] = COMPACTION_RECORDS_KEPT
+    compacts_while_appending = True
+
+    def __init__(
+        self,
+        engine: AsyncEngine | str,
+        *,
+        table_prefix: str = DEFAULT_TABLE_PREFIX,
+        max_archived_events: int | None = None,
+        retry: Backoff | None = None,
+        **engine_options: Any,
+    ) -> None:
+        from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+        if isinstance(engine, str):
+            url, _ = split_url_options(engine, {option.name for option in self.url_options})
+            url = async_url(url)
+            self._owns_engine = True
+            self.engine = create_async_engine(url, **engine_arguments(url, engine_options))
+            if url.get_backend_name() == "sqlite":
+                prepare_sqlite_engine(self.engine.sync_engine, wal=not is_in_memory_sqlite(url))
+        elif isinstance(engine, AsyncEngine):
+            adopt_engine(engine.sync_engine, engine_options)
+            self._owns_engine = False
+            self.engine = engine
+        else:
+            raise ConfigurationError(f"engine ({engine!r}) must be a SQLAlchemy URL or AsyncEngine")
+        self.ops = SQLOperations(
+            table_prefix, max_archived_events=max_archived_events, compaction_records_kept=self.compaction_records_kept
+        )
+        self.tables: Tables = self.ops.tables
+        self.default_max_archived_events = self.ops.max_archived_events
+        self.retry = retry or Backoff()
+        self._dialect = self.engine.dialect.name
+        # one shared connection (in-memory SQLite) allows no concurrency of its own
+        self._serialised: Any = asyncio.Lock() if isinstance(self.engine.pool, StaticPool) else nullcontext()
+        self._schema_ready = False
+        self._schema_lock = asyncio.Lock()
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> AsyncSQLStore:
+        """Open a store from a SQLAlchemy URL, as :meth:`SQLStore.from_url` does (the sync
+        driver of the URL, if named, is replaced by the async one: see :func:`async_url`)."""
+        settings, _ = Store.url_settings.__func__(cls, urlsplit(url).query, options)  # type: ignore[attr-defined]
+        return cls(url, **{**options, **settings})
+
+    @classmethod
+    def driver_modules_for(cls, scheme: str) -> tuple[str, ...]:
+        dialect, driver = _dialect_and_driver(scheme)
+        if dialect == "postgresql":
+            return ("greenlet", "psycopg") if driver in ("", "psycopg", "psycopg2") else ("greenlet",)
+        return cls.driver_modules
+
+    @classmethod
+    def extra_for(cls, scheme: str) -> str | None:
+        return "asyncio,postgres" if _dialect_and_driver(scheme)[0] == "postgresql" else cls.extra
+
+    async def aclose(self) -> None:
+        """Dispose of the engine's connections when this store created the engine."""
+        if self._owns_engine:
+            await self.engine.dispose()
+
+    def __repr__(self) -> str:
+        return f"AsyncSQLStore({self.engine.url!r})"  # SQLAlchemy's URL repr hides the password
+
+    # -- plumbing ----------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _transaction(self, *, write: bool) -> AsyncIterator[AsyncConnection]:
+        async with self._serialised, self.engine.connect() as connection:
+            if write:
+                await connection.execution_options(**write_options(self._dialect))
+            async with connection.begin():
+                yield connection
+
+    async def _ready(self) -> None:
+        if self._schema_ready:
+            return
+        async with self._schema_lock:
+            if not self._schema_ready:
+                await self._write(self.ops.ensure_schema, what="creating the schema")
+                self._schema_ready = True
+
+    async def _write(self, body: Callable[..., T], *args: Any, what: str) -> T:
+        """Run an operation of :class:`SQLOperations` in a write transaction, again while the
+        database reports a lost race."""
+        attempts = Attempts(self.retry, what)
+        for delay in attempts:
+            try:
+                async with self._transaction(write=True) as connection:
+                    return await connection.run_sync(body, *args)
+            except sa.exc.DBAPIError as exc:
+                if not is_conflict(exc):
+                    raise
+                attempts.last = exc
+            await asyncio.sleep(delay)
+        raise AssertionError("unreachable: Attempts raises when it runs out")
+
+    async def _read(self, body: Callable[..., T], *args: Any) -> T:
+        await self._ready()
+        async with self._transaction(write=False) as connection:
+            return await connection.run_sync(body, *args)
+
+    # -- writes ------------------------------------------------------------------------------
+
+    async def append(self, conversation_id: str, events: Sequence[Event]) -> Snapshot:
+        cid = check_conversation_id(conversation_id)
+        await self._ready()
+        return await self._write(self.ops.append, cid, list(events), what=f"append to conversation {cid!r}")
+
+    async def append_compacting(
+        self, conversation_id: str, events: Sequence[Event], planner: Callable[[Snapshot], CompactionPlan | None]
+    ) -> tuple[Snapshot, bool]:
+        """Append and compact in one transaction (the planner runs inside it: it is pure)."""
+        cid = check_conversation_id(conversation_id)
+        await self._ready()
+        return await self._write(
+            self.ops.append_compacting, cid, list(events), planner, what=f"append to conversation {cid!r}"
+        )
+
+    async def apply(self, conversation_id: str, plan: CompactionPlan) -> bool:
+        cid = check_conversation_id(conversation_id)
+        await self._ready()
+        return await self._write(self.ops.apply, cid, plan, what=f"compaction of conversation {cid!r}")
+
+    async def record_compaction_error(self, conversation_id: str, message: str | None) -> None:
+        cid = check_conversation_id(conversation_id)
+        await self._ready()
+        await self._write(self.ops.record_compaction_error, cid, message, what=f"recording the compaction error of {cid!r}")
+
+    async def clear(self, conversation_id: str) -> None:
+        cid = check_conversation_id(conversation_id)
+        await self._ready()
+        await self._write(self.ops.clear, cid, what=f"clearing conversation {cid!r}")
+
+    # -- reads -------------------------------------------------------------------------------
+
+    async def load(self, conversation_id: str) -> Snapshot:
+        return await self._read(self.ops.load, check_conversation_id(conversation_id))
+
+    async def history(self, conversation_id: str) -> list[Event]:
+        return await self._read(self.ops.history, check_conversation_id(conversation_id))
+
+    async def find_tool_events(self, conversation_id: str, tool_call_ids: Collection[str]) -> list[Event]:
+        return await self._read(self.ops.find_tool_events, check_conversation_id(conversation_id), tool_call_ids)
+
+    async def search(self, conversation_id: str, query: SearchQuery) -> SearchResult:
+        return await self._read(self.ops.search, check_conversation_id(conversation_id), query)
+
+    async def compactions(self, conversation_id: str) -> list[dict[str, Any]]:
+        return await self._read(self.ops.compactions, check_conversation_id(conversation_id))
+
+    async def conversations(self) -> list[str]:
+        return await self._read(self.ops.conversations)
+
+
+__all__ = ["AsyncSQLStore", "async_url"]

@@ -1,0 +1,377 @@
+"""The SQL store's operations, written once: each is a transaction body that takes a SQLAlchemy
+sync :class:`~sqlalchemy.Connection` inside a transaction the caller opened.
+
+:class:`~chat_memory.backends.sql.SQLStore` runs them in ``engine.begin()``-style transactions;
+:class:`~chat_memory.backends.sql.AsyncSQLStore` runs the same bodies with
+``await async_connection.run_sync(body, …)`` (SQLAlchemy's asyncio extension drives the sync
+code over the async driver through greenlet, without threads). The callers own transactions,
+retries and error wrapping; nothing here commits, sleeps or retries.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
+from datetime import datetime, timezone
+from typing import Any
+
+import sqlalchemy as sa
+
+from ...errors import ConfigurationError
+from ...events import Event, EventType, Window
+from ...pins import superseded
+from ...search import RECALL_MARK, MatchMode, SearchQuery, SearchResult, search_events, search_text
+from ..base import CompactionPlan, Snapshot, number, split_appended, tool_call_fragment, unstored
+from .engine import lock_schema
+from .schema import build_tables, ensure_schema, pushes_down, stored_message, stored_search_text
+
+_NOT_ACTIVE = (EventType.SYSTEM.value, EventType.SUMMARY.value)
+_TOOL_TYPES = (EventType.TOOL_CALL.value, EventType.TOOL_RESULT.value)
+
+
+def conversation_key(conversation_id: str) -> str:
+    """The row key of a conversation: the SHA-256 of its id, so any id is an exact, bounded key."""
+    return hashlib.sha256(conversation_id.encode("utf-8")).hexdigest()
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+class SQLOperations:
+    """Every store operation over the tables of one prefix,
+    with the statements of every turn built once (constructing a statement costs more than
+    SQLite takes to run it). Writes expect a write transaction (the conversation's row is
+    locked with ``SELECT … FOR UPDATE``; SQLite's ``BEGIN IMMEDIATE`` holds the database
+    lock already); reads expect any transaction."""
+
+    def __init__(self, table_prefix: str, *, max_archived_events: int | None, compaction_records_kept: int) -> None:
+        if max_archived_events is not None and (
+            isinstance(max_archived_events, bool) or not isinstance(max_archived_events, int) or max_archived_events < 0
+        ):
+            raise ConfigurationError(f"max_archived_events ({max_archived_events!r}) must be 0 or more, or None")
+        self.tables = tables = build_tables(table_prefix)
+        #: The archive cap of a plan that names none (None: unbounded).
+        self.max_archived_events = max_archived_events
+        self.compaction_records_kept = compaction_records_kept
+        conversations, events = tables.conversations, tables.events
+        by_key = conversations.c.conversation_key == sa.bindparam("b_key")
+        self._row = sa.select(conversations).where(by_key)
+        self._row_for_update = self._row.with_for_update()
+        self._bump = (
+            conversations.update()
+            .where(conversations.c.id == sa.bindparam("b_ref"))
+            .values(last_seq=sa.bindparam("b_last_seq"), version=sa.bindparam("b_version"), updated_at=sa.bindparam("b_now"))
+        )
+        self._swap = (
+            conversations.update()
+            .where(by_key, conversations.c.version == sa.bindparam("expected_version"))
+            .values(version=conversations.c.version + 1, compaction_error=None, updated_at=sa.bindparam("b_now"))
+        )
+        self._archive_through = (
+            events.update()
+            .where(
+                events.c.conversation_ref == sa.bindparam("b_ref"),
+                events.c.archived == sa.false(),
+                events.c.seq <= sa.bindparam("through_seq"),
+                events.c.type.not_in(_NOT_ACTIVE),
+            )
+            .values(archived=True)
+        )
+        joined = conversations.outerjoin(
+            events, sa.and_(events.c.conversation_ref == conversations.c.id, events.c.archived == sa.false())
+        )
+        self.window = (
+            sa.select(
+                conversations.c.version,
+                conversations.c.last_seq,
+                conversations.c.archived_count,
+                conversations.c.compaction_error,
+                events.c.type,
+                events.c.body,
+            )
+            .select_from(joined)
+            .where(by_key)
+            .order_by(events.c.seq)
+        )
+
+    def _ref(self, cid: str) -> Any:
+        conversations = self.tables.conversations
+        return sa.select(conversations.c.id).where(conversations.c.conversation_key == conversation_key(cid)).scalar_subquery()
+
+    def _conversation_row(self, connection: sa.Connection, cid: str, *, lock: bool) -> Any:
+        query = self._row_for_update if lock else self._row
+        return connection.execute(query, {"b_key": conversation_key(cid)}).first()
+
+    def _event_rows(self, ref: int, events: Sequence[Event], first_seq: int) -> list[dict[str, Any]]:
+        rows = []
+        for seq, event in enumerate(events, start=first_seq):
+            stored = event.model_copy(update={"seq": seq, "archived": False})
+            rows.append(
+                {
+                    "conversation_ref": ref,
+                    "seq": seq,
+                    "type": stored.type.value,
+                    "archived": False,
+                    "tokens": stored.tokens,
+                    "created_at": stored.created_at,
+                    "search_text": stored_search_text(search_text(stored)),
+                    "body": stored.to_json(),
+                }
+            )
+        return rows
+
+    @staticmethod
+    def _events(rows: Any) -> list[Event]:
+        return [Event.from_json(row.body).model_copy(update={"archived": bool(row.archived)}) for row in rows]
+
+    # -- schema ------------------------------------------------------------------------------
+
+    def ensure_schema(self, connection: sa.Connection) -> None:
+        """Create or check and migrate the tables, under the schema lock (a write transaction)."""
+        lock_schema(connection, self.tables.meta.name)
+        ensure_schema(connection, self.tables)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def load(self, connection: sa.Connection, cid: str) -> Snapshot:
+        """The conversation's row and its window rows in one statement (see :attr:`window`)."""
+        rows = connection.execute(self.window, {"b_key": conversation_key(cid)}).all()
+        if not rows:
+            return Snapshot.empty(cid)
+        pinned: list[Event] = []
+        active: list[Event] = []
+        summary: Event | None = None
+        for row in rows:
+            if row.body is None:
+                continue
+            stored = Event.from_json(row.body)
+            if row.type == EventType.SYSTEM.value:
+                pinned.append(stored)
+            elif row.type == EventType.SUMMARY.value:
+                summary = stored
+            else:
+                active.append(stored)
+        head = rows[0]
+        return Snapshot(
+            conversation_id=cid,
+            version=head.version,
+            last_seq=head.last_seq,
+            window=Window(pinned=tuple(pinned), summary=summary, active=tuple(active)),
+            archived_count=head.archived_count,
+            compaction_error=head.compaction_error,
+        )
+
+    def history(self, connection: sa.Connection, cid: str) -> list[Event]:
+        events = self.tables.events
+        query = sa.select(events.c.archived, events.c.body).where(events.c.conversation_ref == self._ref(cid))
+        return self._events(connection.execute(query.order_by(events.c.seq)))
+
+    def find_tool_events(self, connection: sa.Connection, cid: str, tool_call_ids: Collection[str]) -> list[Event]:
+        """``body LIKE`` the ids' ``"tool_call_id":<id>`` fragment of the envelope (no column to
+        index without a schema change; the engine asks only for late results of archived
+        calls), then an exact check on the few rows it returns."""
+        wanted = set(tool_call_ids)
+        if not wanted:
+            return []
+        fragments = [tool_call_fragment(i) for i in wanted]
+        if not all(pushes_down(f) for f in fragments):
+            found = self.history(connection, cid)
+        else:
+            events = self.tables.events
+            query = sa.select(events.c.archived, events.c.body).where(
+                events.c.conversation_ref == self._ref(cid),
+                events.c.type.in_(_TOOL_TYPES),
+                sa.or_(*(events.c.body.contains(f, autoescape=True) for f in fragments)),
+            )
+            found = self._events(connection.execute(query.order_by(events.c.seq)))
+        return [e for e in found if e.type.value in _TOOL_TYPES and e.tool_call_id in wanted]
+
+    def search(self, connection: sa.Connection, cid: str, query: SearchQuery) -> SearchResult:
+        """``LIKE`` over the stored case-folded text, counted and paged in the database (terms
+        no ``LIKE`` matches exactly are matched in Python over the history)."""
+        if not all(pushes_down(term) for term in query.terms):
+            return search_events(self.history(connection, cid), query)
+        events = self.tables.events
+        likes = [events.c.search_text.contains(term, autoescape=True) for term in query.terms]
+        matched = sa.or_(*likes) if query.match_mode is MatchMode.ANY else sa.and_(*likes)
+        where: tuple[Any, ...] = (events.c.conversation_ref == self._ref(cid), events.c.search_text.is_not(None), matched)
+        if not query.include_recall_tools:
+            where += (sa.not_(events.c.search_text.startswith(RECALL_MARK, autoescape=True)),)
+        total = connection.execute(sa.select(sa.func.count()).select_from(events).where(*where)).scalar_one()
+        found: list[Event] = []
+        if total > query.offset:
+            found = self._events(
+                connection.execute(
+                    sa.select(events.c.archived, events.c.body)
+                    .where(*where)
+                    .order_by(events.c.seq)
+                    .offset(query.offset)
+                    .limit(min(query.limit, total - query.offset))  # a huge page size must not overflow LIMIT
+                )
+            )
+        return SearchResult(events=found, total=total)
+
+    def compactions(self, connection: sa.Connection, cid: str) -> list[dict[str, Any]]:
+        compactions = self.tables.compactions
+        rows = connection.execute(
+            sa.select(compactions.c.record).where(compactions.c.conversation_ref == self._ref(cid)).order_by(compactions.c.id)
+        ).scalars()
+        return [json.loads(record) for record in rows]
+
+    def conversations(self, connection: sa.Connection) -> list[str]:
+        return sorted(connection.execute(sa.select(self.tables.conversations.c.conversation_id)).scalars())
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def append(self, connection: sa.Connection, cid: str, batch: list[Event]) -> Snapshot:
+        """Append ``batch`` (idempotent per event id) and return the snapshot right after it."""
+        conversations = self.tables.conversations
+        row = self._conversation_row(connection, cid, lock=True)
+        now = _now()
+        if row is None:
+            ref = connection.execute(
+                conversations.insert().values(
+                    conversation_key=conversation_key(cid),
+                    conversation_id=cid,
+                    version=0,
+                    last_seq=0,
+                    archived_count=0,
+                    created_at=now,
+                    updated_at=now,
+                )
+            ).inserted_primary_key[0]
+            last_seq, version = 0, 0
+            before = Snapshot.empty(cid)
+        else:
+            ref, last_seq, version = row.id, row.last_seq, row.version
+            # read under the row lock: the id check and the insert are one atomic step
+            before = self.load(connection, cid)
+        window = before.window
+        fresh = unstored(batch, (*window.pinned, *window.active))
+        if batch and not fresh:
+            return before
+        if fresh:
+            connection.execute(self.tables.events.insert(), self._event_rows(ref, fresh, last_seq + 1))
+        connection.execute(self._bump, {"b_ref": ref, "b_last_seq": last_seq + len(fresh), "b_version": version + 1, "b_now": now})
+        pinned, real = split_appended(number(fresh, last_seq))
+        if pinned:  # a system event may supersede an older pin: rare, so read the result back
+            self._unpin_superseded(connection, ref)
+            return self.load(connection, cid)
+        return replace(
+            before,
+            version=version + 1,
+            last_seq=last_seq + len(fresh),
+            window=Window(pinned=(*window.pinned, *pinned), summary=window.summary, active=(*window.active, *real)),
+        )
+
+    def append_compacting(
+        self, connection: sa.Connection, cid: str, batch: list[Event], planner: Callable[[Snapshot], CompactionPlan | None]
+    ) -> tuple[Snapshot, bool]:
+        """Append, then apply the planner's plan in the same transaction: the row stays locked
+        since the append, so the compare-and-swap cannot lose."""
+        snapshot = self.append(connection, cid, batch)
+        plan = planner(snapshot)
+        return snapshot, plan is not None and self.apply(connection, cid, plan)
+
+    def _unpin_superseded(self, connection: sa.Connection, ref: int) -> None:
+        """Archive the pinned events a newer one with the same pin key supersedes (the
+        conversation's row is locked by the caller)."""
+        conversations, events = self.tables.conversations, self.tables.events
+        pinned_rows = sa.and_(
+            events.c.conversation_ref == ref, events.c.archived == sa.false(), events.c.type == EventType.SYSTEM.value
+        )
+        pinned = [Event.from_json(body) for body in connection.execute(sa.select(events.c.body).where(pinned_rows)).scalars()]
+        gone = [e.seq for e in superseded(pinned)]
+        if not gone:
+            return
+        connection.execute(events.update().where(pinned_rows, events.c.seq.in_(gone)).values(archived=True))
+        connection.execute(
+            conversations.update()
+            .where(conversations.c.id == ref)
+            .values(archived_count=conversations.c.archived_count + len(gone))
+        )
+
+    def apply(self, connection: sa.Connection, cid: str, plan: CompactionPlan) -> bool:
+        """A compaction as a compare-and-swap on the version; False (nothing changed) when
+        another write got there first."""
+        conversations, events = self.tables.conversations, self.tables.events
+        cap = plan.max_archived_events if plan.max_archived_events is not None else self.max_archived_events
+        swapped = connection.execute(
+            self._swap,
+            {"b_key": conversation_key(cid), "expected_version": plan.expected_version, "b_now": _now()},
+        )
+        if swapped.rowcount != 1:
+            return False
+        row = self._conversation_row(connection, cid, lock=False)
+        of_conversation = events.c.conversation_ref == row.id
+        archived = connection.execute(
+            self._archive_through, {"b_ref": row.id, "through_seq": plan.archive_through_seq}
+        ).rowcount
+        last_seq, summary_seq = row.last_seq, row.summary_seq
+        if plan.summary is not None:
+            archived += connection.execute(
+                events.update()
+                .where(of_conversation, events.c.archived == sa.false(), events.c.type == EventType.SUMMARY.value)
+                .values(archived=True)
+            ).rowcount
+            last_seq += 1
+            summary_seq = last_seq
+            connection.execute(events.insert(), self._event_rows(row.id, [plan.summary], last_seq))
+        archived_count = row.archived_count + archived
+        if cap is not None and archived_count > cap:
+            archived_count -= self._trim(connection, row.id, archived_count - cap)
+        connection.execute(
+            conversations.update()
+            .where(conversations.c.id == row.id)
+            .values(last_seq=last_seq, summary_seq=summary_seq, archived_count=archived_count)
+        )
+        if plan.record is not None:
+            self._keep_record(connection, row.id, plan.record)
+        return True
+
+    def _keep_record(self, connection: sa.Connection, ref: int, record: dict[str, Any]) -> None:
+        """Insert a compaction record and drop the conversation's records beyond the newest
+        :attr:`compaction_records_kept`."""
+        compactions = self.tables.compactions
+        connection.execute(compactions.insert().values(conversation_ref=ref, record=json.dumps(record)))
+        oldest_kept = connection.execute(
+            sa.select(compactions.c.id)
+            .where(compactions.c.conversation_ref == ref)
+            .order_by(compactions.c.id.desc())
+            .offset(self.compaction_records_kept - 1)
+            .limit(1)
+        ).scalar_one_or_none()
+        if oldest_kept is not None:
+            connection.execute(
+                compactions.delete().where(compactions.c.conversation_ref == ref, compactions.c.id < oldest_kept)
+            )
+
+    def _trim(self, connection: sa.Connection, ref: int, excess: int) -> int:
+        """Delete the ``excess`` oldest archived events; returns how many were deleted."""
+        events = self.tables.events
+        archive = sa.and_(events.c.conversation_ref == ref, events.c.archived == sa.true())
+        through = connection.execute(
+            sa.select(events.c.seq).where(archive).order_by(events.c.seq).offset(excess - 1).limit(1)
+        ).scalar_one_or_none()
+        if through is None:
+            return 0
+        return connection.execute(events.delete().where(archive, events.c.seq <= through)).rowcount
+
+    def record_compaction_error(self, connection: sa.Connection, cid: str, message: str | None) -> None:
+        conversations = self.tables.conversations
+        connection.execute(
+            conversations.update()
+            .where(conversations.c.conversation_key == conversation_key(cid))
+            .values(compaction_error=stored_message(message))
+        )
+
+    def clear(self, connection: sa.Connection, cid: str) -> None:
+        conversations, events, compactions = self.tables.conversations, self.tables.events, self.tables.compactions
+        row = self._conversation_row(connection, cid, lock=True)
+        if row is not None:
+            connection.execute(events.delete().where(events.c.conversation_ref == row.id))
+            connection.execute(compactions.delete().where(compactions.c.conversation_ref == row.id))
+            connection.execute(conversations.delete().where(conversations.c.id == row.id))
