@@ -1,8 +1,8 @@
 """Async benchmark: many concurrent conversations on one event loop, on SQLite, PostgreSQL and
 Redis (real servers it starts itself, loopback), through four drivers side by side:
 
-- ``async, native``: ``AsyncChatMemory`` over ``open_async_store(url)`` (the native async store
-  where there is one; the row says ``threads`` when the URL has none or its driver is missing);
+- ``async, native``: ``AsyncChatMemory`` over ``open_async_store(url, threads=False)`` (the
+  native async store: aiosqlite, psycopg's async mode, ``redis.asyncio``);
 - ``async, threads``: ``AsyncChatMemory`` over ``open_async_store(url, threads=True)`` (the sync
   store in a bounded pool of ``--workers`` threads);
 - ``sync API in threads``: ``ChatMemory`` called from the coroutines through
@@ -11,7 +11,8 @@ Redis (real servers it starts itself, loopback), through four drivers side by si
 - ``sync API on the loop``: ``ChatMemory`` called straight from the coroutines (the control:
   every call stalls the loop).
 
-Each of ``--conversations`` conversations runs ``--turns`` turns (``add`` a user message and a
+The row marked ``*`` is what ``open_async_store(url)`` picks by default. Each of
+``--conversations`` conversations runs ``--turns`` turns (``add`` a user message and a
 reply, then read the ``window``) under ``turn_window`` with compaction. Meanwhile a ticker
 coroutine sleeps 1 ms at a time and records how late it wakes: the longest stall is how long
 the loop could not run anything else. Compare the ratios; absolute times are noisy.
@@ -56,6 +57,7 @@ def turn(conversation: int, i: int) -> list[Event]:
 @dataclass
 class Run:
     driver: str
+    default: bool
     seconds: float
     turns: int
     add_p99_ms: float
@@ -83,7 +85,7 @@ class Ticker:
         self._stop.set()
 
 
-async def drive(driver: str, conversations: int, turns: int,
+async def drive(driver: str, default: bool, conversations: int, turns: int,
                 add: Callable[[str, list[Event]], Awaitable[Any]], window: Callable[[str], Awaitable[Any]]) -> Run:
     """``conversations`` concurrent conversations of ``turns`` turns each, with the ticker."""
     latencies: list[float] = []
@@ -104,15 +106,18 @@ async def drive(driver: str, conversations: int, turns: int,
     ticker.stop()
     await ticking
     p99 = statistics.quantiles(latencies, n=100)[98] if len(latencies) > 1 else latencies[0]
-    return Run(driver, seconds, conversations * turns, p99 * 1000, ticker.longest * 1000)
+    return Run(driver, default, seconds, conversations * turns, p99 * 1000, ticker.longest * 1000)
 
 
-async def async_memory(url: str, conversations: int, turns: int, workers: int, threads: bool | None) -> Run:
+async def async_memory(url: str, conversations: int, turns: int, workers: int, threads: bool) -> Run:
     store = open_async_store(url, threads=threads, max_workers=workers)
+    default = open_async_store(url, max_workers=workers)
+    picked = default.native == store.native
+    await default.aclose()
     memory = AsyncChatMemory(store, CONFIG, token_counter=tokens)
     driver = "async, native" if store.native else f"async, threads ({workers})"
     try:
-        return await drive(driver, conversations, turns, memory.add, memory.window)
+        return await drive(driver, picked, conversations, turns, memory.add, memory.window)
     finally:
         await memory.aclose()
 
@@ -129,7 +134,7 @@ async def sync_in_threads(url: str, conversations: int, turns: int, workers: int
         return await loop.run_in_executor(pool, memory.window, cid)
 
     try:
-        return await drive(f"sync API in threads ({workers})", conversations, turns, add, window)
+        return await drive(f"sync API in threads ({workers})", False, conversations, turns, add, window)
     finally:
         pool.shutdown()
         memory.store.close()
@@ -145,13 +150,13 @@ async def sync_on_the_loop(url: str, conversations: int, turns: int, workers: in
         return memory.window(cid)
 
     try:
-        return await drive("sync API on the loop", conversations, turns, add, window)
+        return await drive("sync API on the loop", False, conversations, turns, add, window)
     finally:
         memory.store.close()
 
 
 DRIVERS: list[Callable[[str, int, int, int], Awaitable[Run]]] = [
-    lambda url, c, t, w: async_memory(url, c, t, w, threads=None),
+    lambda url, c, t, w: async_memory(url, c, t, w, threads=False),
     lambda url, c, t, w: async_memory(url, c, t, w, threads=True),
     sync_in_threads,
     sync_on_the_loop,
@@ -215,11 +220,12 @@ def main() -> None:
     print(f"{args.conversations} concurrent conversations x {args.turns} turns (add + window) on one event loop, "
           f"turn_window max_turns={CONFIG['max_turns']}; stall = how late a 1 ms ticker woke up")
     print()
-    print(f"{'store':<10}{'driver':<28}{'turns/s':>9}{'vs sync threads':>17}{'add p99 ms':>12}{'longest stall ms':>18}")
+    print(f"{'store':<10}{'  driver (* = the default)':<30}{'turns/s':>9}{'vs sync threads':>17}{'add p99 ms':>12}{'longest stall ms':>18}")
     for name, runs in results.items():
         baseline = next(run for run in runs if run.driver.startswith("sync API in threads")).turns_per_second
         for run in runs:
-            print(f"{name:<10}{run.driver:<28}{run.turns_per_second:>9.0f}{run.turns_per_second / baseline:>17.2f}"
+            driver = ("* " if run.default else "  ") + run.driver
+            print(f"{name:<10}{driver:<30}{run.turns_per_second:>9.0f}{run.turns_per_second / baseline:>17.2f}"
                   f"{run.add_p99_ms:>12.1f}{run.longest_stall_ms:>18.1f}")
 
 

@@ -74,6 +74,13 @@ class AsyncStore(ABC):
         return cls.extra
 
     @classmethod
+    def preferred_for(cls, scheme: str) -> bool:
+        """Whether :func:`open_async_store` picks this store for ``scheme`` by default, over
+        the sync store in threads (a store whose driver is slower than threads for some
+        schemes says False for those; ``threads=False`` still opens it)."""
+        return True
+
+    @classmethod
     def driver_available(cls, scheme: str = "") -> bool:
         """Whether every module a URL with ``scheme`` needs is installed (only parent packages
         of a dotted name are imported, as :func:`importlib.util.find_spec` must)."""
@@ -208,8 +215,10 @@ def open_async_store(
     """:func:`~chat_memory.open_store` for the async API. Options are the store's own.
 
     ``threads`` picks the driver: ``None`` (the default) opens the native async store of the
-    URL's scheme when there is one and its driver is installed, else the sync store in a
-    :class:`ThreadedStore` of ``max_workers`` threads; ``True`` always uses threads;
+    URL's scheme when there is one, it is the faster choice for the scheme (not for SQLite:
+    aiosqlite runs every statement in a thread of its own; see docs/async.md) and its driver
+    is installed, else the sync store in a :class:`ThreadedStore` of ``max_workers`` threads;
+    ``True`` always uses threads;
     ``False`` insists on the native store and raises :class:`ConfigurationError` naming the
     extra to install (or saying the scheme has none). ``store.native`` says which you got."""
     from . import default_url, open_store, opening
@@ -220,7 +229,8 @@ def open_async_store(
         target = url or default_url()
         scheme = urlsplit(target).scheme.lower()
         native = native_store_class(scheme)
-        if native is not None and native.driver_available(scheme):
+        chosen = native is not None and (threads is False or native.preferred_for(scheme))
+        if chosen and native.driver_available(scheme):  # type: ignore[union-attr]
             return opening(scheme, native.extra_for(scheme), lambda: native.from_url(target, **options))  # type: ignore[attr-defined]
         if threads is False:
             if native is None:

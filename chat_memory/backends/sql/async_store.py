@@ -118,6 +118,10 @@ class AsyncSQLStore(AsyncStore):
         self._dialect = self.engine.dialect.name
         # one shared connection (in-memory SQLite) allows no concurrency of its own
         self._serialised: Any = asyncio.Lock() if isinstance(self.engine.pool, StaticPool) else nullcontext()
+        # SQLite has one writer at a time: writers of this store queue here and take the lock
+        # as soon as it is free, instead of each holding a pooled connection inside SQLite's
+        # busy handler, which polls with sleeps of up to 100 ms (other processes still wait there)
+        self._one_writer: Any = asyncio.Lock() if self._dialect == "sqlite" else nullcontext()
         self._schema_ready = False
         self._schema_lock = asyncio.Lock()
 
@@ -134,6 +138,14 @@ class AsyncSQLStore(AsyncStore):
         if dialect == "postgresql":
             return ("greenlet", "psycopg") if driver in ("", "psycopg", "psycopg2") else ("greenlet",)
         return cls.driver_modules
+
+    @classmethod
+    def preferred_for(cls, scheme: str) -> bool:
+        """PostgreSQL only. aiosqlite sends each statement to a thread of its own and back
+        (about 25 hops a turn): ``bench/bench_async.py`` measures it at 0.3-0.4x the
+        throughput of the sync SQLite store in threads, so ``open_async_store`` threads
+        SQLite unless asked for this store (``threads=False``)."""
+        return _dialect_and_driver(scheme)[0] == "postgresql"
 
     @classmethod
     def extra_for(cls, scheme: str) -> str | None:
@@ -171,7 +183,7 @@ class AsyncSQLStore(AsyncStore):
         attempts = Attempts(self.retry, what)
         for delay in attempts:
             try:
-                async with self._transaction(write=True) as connection:
+                async with self._one_writer, self._transaction(write=True) as connection:
                     return await connection.run_sync(body, *args)
             except sa.exc.DBAPIError as exc:
                 if not is_conflict(exc):
