@@ -84,13 +84,16 @@ def memory_on(store, kind: str = "sync", **config: Any) -> ChatMemory | AsyncCha
     return memory_of(kind, store, **config)
 
 
-def invoke_all(runnable: Any, kind: str, inputs: list[Any], config: Any = None) -> list[Any]:
+def invoke_all(runnable: Any, kind: str, inputs: list[Any], config: Any = None, close: Any = None) -> list[Any]:
     """``invoke`` each input in turn with a ChatMemory, ``ainvoke`` on one loop with an AsyncChatMemory."""
     if kind == "sync":
         return [runnable.invoke(i, config) for i in inputs]
 
     async def go() -> list[Any]:
-        return [await runnable.ainvoke(i, config) for i in inputs]
+        answers = [await runnable.ainvoke(i, config) for i in inputs]
+        if close is not None:
+            await close()  # a native store's connections belong to this loop
+        return answers
 
     return asyncio.run(go())
 
@@ -292,6 +295,7 @@ def new_model() -> ScriptedChatModel:
     return ScriptedChatModel(requests=[], calls=itertools.count(1))
 
 
+@pytest.mark.parametrize("kind", ["sync", "async", "native"], indirect=True)
 @pytest.mark.parametrize("store_fixture", ["sqlite_store", pytest.param("redis_store", marks=pytest.mark.redis)])
 def test_a_create_agent_conversation_of_50_turns(request, store_fixture, kind):
     memory = memory_on(request.getfixturevalue(store_fixture), kind, compaction_strategy="turn_window", max_turns=4)
@@ -302,7 +306,8 @@ def test_a_create_agent_conversation_of_50_turns(request, store_fixture, kind):
         system_prompt="Your visible history is short; search it for earlier things.",
         middleware=[ChatMemoryMiddleware(memory, conversation_id="conv")],
     )
-    states = invoke_all(agent, kind, turns(*map(agent_script.user_line, range(agent_script.TURNS))))
+    close = memory.aclose if kind == "native" else None
+    states = invoke_all(agent, kind, turns(*map(agent_script.user_line, range(agent_script.TURNS))), close=close)
     recalled = {turn: states[turn]["messages"][-1].content for turn in agent_script.RECALL}
     memory = view(memory)
     for sent in model.requests:

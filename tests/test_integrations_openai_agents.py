@@ -228,6 +228,8 @@ def converse(store, turns: int, kind: str = "sync") -> tuple[ChatMemory, Scripte
         for turn in range(turns):
             result = await Runner.run(agent, agent_script.user_line(turn), session=session)
             answers[turn] = result.final_output
+        if isinstance(memory, AsyncChatMemory) and memory.store.native:
+            await memory.aclose()  # a native store's connections belong to this loop
 
     run(go())
     return view(memory), model, answers
@@ -251,6 +253,7 @@ def test_runner_keeps_its_history_in_every_store(store, kind):
     check_run(memory, model, 7)
 
 
+@pytest.mark.parametrize("kind", ["sync", "async", "native"], indirect=True)
 @pytest.mark.parametrize("store_fixture", ["sqlite_store", pytest.param("redis_store", marks=pytest.mark.redis)])
 def test_a_runner_conversation_of_50_turns(request, store_fixture, kind):
     memory, model, answers = converse(request.getfixturevalue(store_fixture), agent_script.TURNS, kind)
