@@ -1,26 +1,60 @@
-"""The store protocol every backend implements, and the pieces they share.
+"""The store protocol every backend implements: :class:`Store`, its optional abilities
+(:class:`CompactsWhileAppending`), and what crosses it (:class:`Snapshot`,
+:class:`CompactionPlan`, conversation ids).
 
 A store keeps, per conversation: a version (bumped by every write), the last assigned
 ``seq``, pinned system events, the current summary, active real events, and the archive.
 Stores apply compaction plans; they never make them (that is the engine's job).
+
+What a store declares for the registry and the canvas is in :mod:`.declarations`; driver
+errors and retries in :mod:`.failures`; the event bookkeeping stores share in
+:mod:`.bookkeeping`. Their names are importable from here too.
 """
 
 from __future__ import annotations
 
-import functools
-import inspect
-import random
-import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, TypeVar
-from urllib.parse import parse_qsl
+from typing import Any, ClassVar
 
-from ..errors import ChatMemoryError, ConcurrencyError, ConfigurationError, InvalidInputError, StorageError
-from ..events import Event, EventType, Window
+from ..errors import ConfigurationError, InvalidInputError
+from ..events import Event, Window
 from ..search import SearchQuery, SearchResult
+from .bookkeeping import (
+    archived_copy,
+    envelope_id_prefix,
+    number,
+    split_appended,
+    tool_call_fragment,
+    tool_events,
+    unstored,
+)
+from .declarations import ConnectionField, StoreNode, StoreOption, settings_from_url
+from .failures import Backoff, wrap_driver_errors
+
+__all__ = [
+    "COMPACTION_RECORDS_KEPT",
+    "MAX_CONVERSATION_ID_LENGTH",
+    "Backoff",
+    "CompactionPlan",
+    "CompactsWhileAppending",
+    "ConnectionField",
+    "Snapshot",
+    "Store",
+    "StoreNode",
+    "StoreOption",
+    "archived_copy",
+    "check_conversation_id",
+    "envelope_id_prefix",
+    "number",
+    "settings_from_url",
+    "split_appended",
+    "tool_call_fragment",
+    "tool_events",
+    "unstored",
+    "wrap_driver_errors",
+]
 
 MAX_CONVERSATION_ID_LENGTH = 1024
 
@@ -89,112 +123,6 @@ class CompactionPlan:
 
 #: How many compaction records a store keeps per conversation (the newest), by default.
 COMPACTION_RECORDS_KEPT = 50
-
-
-# -- what a store declares -------------------------------------------------------------------
-
-_NONE_WORDS = ("", "none")
-_TRUE_WORDS, _FALSE_WORDS = ("true", "1", "yes", "on"), ("false", "0", "no", "off")
-
-
-@dataclass(frozen=True)
-class StoreOption:
-    """A setting a store reads from its URL's query string (``?max_archived_events=500``) or
-    from a keyword of :func:`~chat_memory.open_store`. Every store parses its options with
-    :meth:`Store.url_settings`, so ``500``, ``none`` and ``true`` mean the same everywhere."""
-
-    name: str
-    kind: type = str
-    #: the smallest number allowed (``int`` options)
-    minimum: int | None = None
-    #: whether an empty value or ``none`` means None (no limit)
-    nullable: bool = False
-
-    def parse(self, value: Any, store: str) -> Any:
-        """The value as the store takes it; a bad one is a :class:`ConfigurationError`
-        naming the store, the option and the value."""
-        where = f"{store} option {self.name}"
-        if value is None or (isinstance(value, str) and value.strip().lower() in _NONE_WORDS):
-            if self.nullable:
-                return None
-            if self.kind is not str:
-                raise ConfigurationError(f"{where} ({value!r}) must be given")
-        if self.kind is bool:
-            if isinstance(value, bool):
-                return value
-            word = str(value).strip().lower()
-            if word not in (*_TRUE_WORDS, *_FALSE_WORDS):
-                raise ConfigurationError(f"{where} ({value!r}) must be true or false")
-            return word in _TRUE_WORDS
-        if self.kind is int:
-            if isinstance(value, bool) or isinstance(value, float) and not value.is_integer():
-                raise ConfigurationError(f"{where} ({value!r}) must be a whole number")
-            try:
-                number = int(value.strip() if isinstance(value, str) else value)
-            except (TypeError, ValueError):
-                raise ConfigurationError(f"{where} ({value!r}) must be a whole number") from None
-            if self.minimum is not None and number < self.minimum:
-                raise ConfigurationError(f"{where} ({value!r}) must be a whole number, {self.minimum} or more")
-            return number
-        if self.kind is str and not isinstance(value, str):
-            raise ConfigurationError(f"{where} ({value!r}) must be text")
-        return value
-
-
-@dataclass(frozen=True)
-class ConnectionField:
-    """A connection setting the store's canvas node shows (plain data: the node definitions in
-    :mod:`chat_memory.components` turn it into a JSON Schema property)."""
-
-    name: str
-    label: str
-    description: str
-    kind: str = "string"
-    default: Any = None
-    required: bool = False
-    nullable: bool = False
-    minimum: int | None = None
-    min_length: int | None = None
-    placeholder: str | None = None
-    advanced: bool = False
-
-
-@dataclass(frozen=True)
-class StoreNode:
-    """The Chat Memory canvas node of a store: its name, title, storage kind and connection
-    fields. ``order`` places it among the five nodes."""
-
-    name: str
-    title: str
-    description: str
-    storage: str
-    fields: tuple[ConnectionField, ...] = ()
-    order: int = 100
-
-
-def settings_from_url(
-    store: type, query: str, keywords: Mapping[str, Any] | None = None
-) -> tuple[dict[str, Any], list[tuple[str, str]]]:
-    """:meth:`Store.url_settings` for any class declaring ``url_options`` and
-    ``passes_query_to_driver`` (an async store too); messages name the class."""
-    declared = {option.name: option for option in store.url_options}
-    settings: dict[str, Any] = {}
-    rest: list[tuple[str, str]] = []
-    for name, value in parse_qsl(query, keep_blank_values=True):
-        option = declared.get(name)
-        if option is not None:
-            if name in settings:
-                raise ConfigurationError(f"{store.__name__} URL option {name} is given more than once")
-            settings[name] = option.parse(value, store.__name__)
-        elif store.passes_query_to_driver:
-            rest.append((name, value))
-        else:
-            known = ", ".join(sorted(declared)) or "none"
-            raise ConfigurationError(f"{store.__name__} URL option ({name!r}) is not supported; known options: {known}")
-    for name, value in (keywords or {}).items():
-        if name in declared:
-            settings[name] = declared[name].parse(value, store.__name__)
-    return settings, rest
 
 
 class Store(ABC):
@@ -355,120 +283,3 @@ class CompactsWhileAppending(ABC):
         """Append like :meth:`Store.append`; then call ``planner`` with the snapshot right
         after the append and, if it returns a plan, apply it in the same atomic write.
         Returns that snapshot (before compaction) and whether a plan was applied."""
-
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def wrap_driver_errors(method: F) -> F:
-    """Turn any non-chat-memory exception escaping ``method`` (a plain or a coroutine
-    method) into a :class:`StorageError`."""
-    if inspect.iscoroutinefunction(method):
-
-        @functools.wraps(method)
-        async def awrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-            with _driver_errors(self, method):
-                return await method(self, *args, **kwargs)
-
-        wrapper: Any = awrapper
-    else:
-
-        @functools.wraps(method)
-        def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-            with _driver_errors(self, method):
-                return method(self, *args, **kwargs)
-
-    wrapper._wraps_driver_errors = True
-    return wrapper  # type: ignore[no-any-return]
-
-
-@contextmanager
-def _driver_errors(store: Any, method: Callable[..., Any]) -> Iterator[None]:
-    try:
-        yield
-    except ChatMemoryError:
-        raise
-    except Exception as exc:
-        raise StorageError(f"{type(store).__name__}.{method.__name__} failed: {type(exc).__name__}: {exc}") from exc
-
-
-# -- helpers shared by backends ------------------------------------------------------------
-
-
-def tool_events(events: Iterable[Event], tool_call_ids: Collection[str]) -> list[Event]:
-    """The tool calls and results among ``events`` whose ``tool_call_id`` is one of ``tool_call_ids``."""
-    wanted = set(tool_call_ids)
-    return [e for e in events if e.type in (EventType.TOOL_CALL, EventType.TOOL_RESULT) and e.tool_call_id in wanted]
-
-
-def split_appended(events: Iterable[Event]) -> tuple[list[Event], list[Event]]:
-    """Split events to append into (pinned system events, real events)."""
-    pinned, real = [], []
-    for event in events:
-        (pinned if event.type is EventType.SYSTEM else real).append(event)
-    return pinned, real
-
-
-def unstored(events: Iterable[Event], window_events: Iterable[Event]) -> list[Event]:
-    """The events an append stores: those whose ``id`` is neither among ``window_events``
-    (the conversation's pinned and active events) nor earlier in ``events``, in order.
-
-    This is what makes a retried ``add()`` safe: every store calls it inside its atomic
-    write, so two concurrent retries of one event cannot both store it."""
-    seen = {e.id for e in window_events}
-    fresh: list[Event] = []
-    for event in events:
-        if event.id not in seen:
-            seen.add(event.id)
-            fresh.append(event)
-    return fresh
-
-
-def envelope_id_prefix(envelope: str) -> str:
-    """The start of an envelope (:meth:`Event.to_json`) that spells its ``id``: ``{"id":"…"``.
-    The id is the first field, and no JSON string holds an unescaped ``,"type":``, so the
-    first one ends the id. Stores that keep envelopes as text compare ids by this."""
-    return envelope[: envelope.index(',"type":')]
-
-
-def tool_call_fragment(tool_call_id: str) -> str:
-    """How an envelope spells ``"tool_call_id":<id>`` (the same JSON string encoding), for
-    stores that look tool events up in stored envelope text."""
-    probe = Event.tool_result(tool_call_id, "").to_json()
-    start = probe.index('"tool_call_id":')
-    return probe[start : probe.index(',"tool_name":', start)]
-
-
-def number(events: Sequence[Event], after_seq: int) -> list[Event]:
-    """Copies of ``events`` with consecutive seq values starting after ``after_seq``."""
-    return [
-        e.model_copy(update={"seq": after_seq + i, "archived": False})
-        for i, e in enumerate(events, start=1)
-    ]
-
-
-def archived_copy(event: Event) -> Event:
-    return event.model_copy(update={"archived": True})
-
-
-@dataclass
-class Backoff:
-    """Bounded, jittered exponential backoff for optimistic-concurrency retries."""
-
-    attempts: int = 40
-    base: float = 0.002
-    cap: float = 0.25
-
-    def delays(self) -> Iterable[float]:
-        for attempt in range(self.attempts):
-            yield random.uniform(0, min(self.cap, self.base * (2**attempt)))
-
-    def run(self, operation: Callable[[], Any], *, what: str) -> Any:
-        """Call ``operation`` until it returns something other than None; sleep between tries.
-        Raises :class:`ConcurrencyError` when every attempt lost its race."""
-        for delay in self.delays():
-            result = operation()
-            if result is not None:
-                return result
-            time.sleep(delay)
-        raise ConcurrencyError(f"{what} lost {self.attempts} optimistic-concurrency races in a row; giving up")

@@ -1,17 +1,16 @@
 """S3Store: one head object per conversation, updated only by conditional writes, plus
-immutable archive segments. See :mod:`.layout` for the keys and objects."""
+immutable archive segments. See :mod:`.layout` for the keys and objects, :mod:`.objects`
+for how they are read and written, and :mod:`.compaction` for how a plan is applied; this
+module holds the store's configuration and the Store protocol on top of them."""
 
 from __future__ import annotations
 
 import itertools
-import time
-import uuid
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from ...errors import ChatMemoryError, ConcurrencyError, ConfigurationError, StorageError
+from ...errors import ChatMemoryError, ConfigurationError, StorageError
 from ...events import Event
 from ...pins import superseded
 from ...search import SearchQuery, SearchResult, search_text
@@ -31,37 +30,17 @@ from ..base import (
     unstored,
 )
 from .cache import HeadCache
-from .client import ensure_bucket, is_conflict, is_missing, make_client, parse_location, was_retried
-from .layout import (
-    Head,
-    Layout,
-    Segment,
-    SegmentRef,
-    chunks,
-    conversation_id_of,
-    merge_start,
-    normalize_prefix,
-    segment_name,
-    trim,
-)
+from .client import ensure_bucket, make_client, parse_location
+from .compaction import Compacting
+from .layout import Head, Layout, Segment, conversation_id_of, normalize_prefix
 
 #: Options that configure the boto3 client rather than the store.
 _CLIENT_OPTIONS = ("endpoint_url", "region_name", "addressing_style", "max_attempts")
 #: Keyword-only options: objects, not text a URL could carry.
 _OBJECT_KEYWORDS = frozenset({"client", "owns_client", "backoff", "read_workers"})
 
-#: How often a read re-reads the head when a segment it lists was removed meanwhile by a
-#: concurrent compaction.
-READ_ATTEMPTS = 8
-#: how many write ids a head remembers; more than the writers that can race one retry
-RECENT_WRITES = 16
 
-
-class _SegmentGone(Exception):
-    """A segment listed by the head we read no longer exists (a newer head dropped it)."""
-
-
-class S3Store(CompactsWhileAppending, Store):
+class S3Store(Compacting, CompactsWhileAppending, Store):
     """Conversations in an S3 bucket (or anything that speaks S3 conditional writes).
 
     Every change to a conversation is one ``PutObject`` of its head with ``If-Match`` (or
@@ -167,107 +146,6 @@ class S3Store(CompactsWhileAppending, Store):
         query = urlencode({key: value for key, value in options.items() if value not in (None, "")})
         return f"s3://{connection['bucket']}/{prefix}" + (f"?{query}" if query else ""), {}
 
-    # -- objects --------------------------------------------------------------------------
-
-    def _read_head(self, cid: str) -> tuple[Head, str] | None:
-        try:
-            response = self.client.get_object(Bucket=self.bucket, Key=self.layout.head(cid))
-        except Exception as exc:
-            if is_missing(exc):
-                self._heads.drop(cid)
-                return None
-            raise
-        head = Head.from_bytes(response["Body"].read(), f"S3 head object {self.layout.head(cid)!r}")
-        if head.conversation_id != cid:
-            raise StorageError(f"S3 head {self.layout.head(cid)!r} belongs to {head.conversation_id!r}, not {cid!r}")
-        self._heads.put(cid, head, response.get("ETag"))
-        return head, response["ETag"]
-
-    def _write_head(self, head: Head, etag: str | None) -> bool:
-        """Conditionally store the head; False when another writer changed (or deleted) it.
-
-        Each write adds its own id to the head's ``writes``: when botocore retried the PUT
-        (a 5xx or a dropped connection after the server had stored it), the retry's 412 is
-        our own first attempt's doing, and the id tells that apart from a lost race, so
-        the caller neither appends its events twice nor deletes segments the head uses."""
-        write_id = uuid.uuid4().hex[:16]
-        head = head.evolve(writes=(*head.writes, write_id)[-RECENT_WRITES:])
-        condition = {"IfMatch": etag} if etag is not None else {"IfNoneMatch": "*"}
-        cid = head.conversation_id
-        try:
-            response = self.client.put_object(
-                Bucket=self.bucket,
-                Key=self.layout.head(cid),
-                Body=head.to_bytes(),
-                ContentType="application/json",
-                **condition,
-            )
-        except Exception as exc:
-            self._heads.drop(cid)
-            # If-Match on a head deleted meanwhile (clear) answers 404
-            if is_conflict(exc) or (etag is not None and is_missing(exc)):
-                return was_retried(exc) and self._stored_by(cid, write_id)
-            raise
-        self._heads.put(cid, head, response.get("ETag"))
-        return True
-
-    def _stored_by(self, cid: str, write_id: str) -> bool:
-        """True when the stored head is, or descends from, the write ``write_id``."""
-        found = self._read_head(cid)
-        return found is not None and write_id in found[0].writes
-
-    def _read_segment(self, key: str) -> Segment:
-        try:
-            response = self.client.get_object(Bucket=self.bucket, Key=key)
-        except Exception as exc:
-            if is_missing(exc):
-                raise _SegmentGone(key) from exc
-            raise
-        return Segment.from_bytes(response["Body"].read(), f"S3 archive segment {key!r}")
-
-    def _read_segments(self, head: Head, refs: Sequence[SegmentRef]) -> list[Segment]:
-        keys = [self.layout.segment_key(head, ref) for ref in refs]
-        if len(keys) <= 1 or self.read_workers <= 1:
-            return [self._read_segment(key) for key in keys]
-        with ThreadPoolExecutor(max_workers=min(self.read_workers, len(keys))) as pool:
-            return list(pool.map(self._read_segment, keys))
-
-    def _write_segment(self, key: str, events: Sequence[Event]) -> None:
-        self.client.put_object(
-            Bucket=self.bucket,
-            Key=key,
-            Body=Segment.of(events).to_bytes(),
-            ContentType="application/gzip",
-            IfNoneMatch="*",
-        )
-
-    def _delete_quietly(self, keys: Sequence[str]) -> None:
-        """Best-effort removal of segments nothing references any more."""
-        for start in range(0, len(keys), 1000):
-            batch = keys[start : start + 1000]
-            try:
-                self.client.delete_objects(
-                    Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True}
-                )
-            except Exception:  # noqa: BLE001 - an orphaned segment is harmless
-                pass
-
-    def _with_archive(self, cid: str, read: Callable[[Head, list[Segment]], Any]) -> Any:
-        """Read the head and its segments, consistently: when a concurrent compaction removed
-        a segment in between, read the newer head and try again."""
-        for delay in itertools.islice(self.backoff.delays(), READ_ATTEMPTS):
-            found = self._read_head(cid)
-            if found is None:
-                return read(Head.new(cid), [])
-            head = found[0]
-            try:
-                segments = self._read_segments(head, head.segments)
-            except _SegmentGone:
-                time.sleep(delay)
-                continue
-            return read(head, segments)
-        raise ConcurrencyError(f"reading the archive of conversation {cid!r} kept racing with compactions")
-
     # -- the Store protocol ---------------------------------------------------------------
 
     def load(self, conversation_id: str) -> Snapshot:
@@ -346,82 +224,6 @@ class S3Store(CompactsWhileAppending, Store):
             unpinned=(*head.unpinned, *(archived_copy(e) for e in all_pinned if e.seq in gone)),
             active=(*head.active, *real),
         )
-
-    def _write_compacted(self, head: Head, etag: str | None, plan: CompactionPlan) -> bool | None:
-        """Store ``head`` (as read, or with events appended) with ``plan`` applied: new archive
-        segments first, then the head with If-Match ``etag`` (the stored head's). True when it
-        won; None when it lost a race (its new segments are deleted again)."""
-        cap = self.archive_cap(plan)
-        moving = [e for e in head.active if (e.seq or 0) <= plan.archive_through_seq]
-        # superseded pins wait in the head until a compaction files them with the rest of the
-        # archive, so that the cap drops the oldest archived events exactly (a pin superseded
-        # long after it was written makes this one compaction rewrite the archive from it)
-        batch = [archived_copy(e) for e in moving] + list(head.unpinned)
-        last_seq, summary = head.last_seq, head.summary
-        if plan.summary is not None:
-            if summary is not None:
-                batch.append(archived_copy(summary))
-            last_seq += 1
-            summary = plan.summary.model_copy(update={"seq": last_seq, "archived": False})
-        version = head.version + 1
-        written: list[str] = []
-        try:
-            segments, retired = self._rearchive(head, batch, cap, version, written)
-            updated = head.evolve(
-                version=version,
-                last_seq=last_seq,
-                summary=summary,
-                active=tuple(e for e in head.active if (e.seq or 0) > plan.archive_through_seq),
-                segments=tuple(segments),
-                unpinned=(),
-                compaction_error=None,
-                compactions=(*head.compactions, plan.record)[-self.compaction_records_kept :] if plan.record else head.compactions,
-            )
-        except _SegmentGone:
-            # a segment to rewrite was retired by a compaction that won meanwhile
-            self._delete_quietly(written)
-            return None
-        except BaseException:
-            self._delete_quietly(written)
-            raise
-        # no cleanup when this raises: the head may have been stored, and with it the segments
-        won = self._write_head(updated, etag)
-        if not won:
-            self._delete_quietly(written)
-            return None
-        self._delete_quietly([self.layout.segment_key(head, ref) for ref in retired])
-        return True
-
-    def _rearchive(
-        self, head: Head, batch: list[Event], cap: int | None, version: int, written: list[str]
-    ) -> tuple[list[SegmentRef], list[SegmentRef]]:
-        """The new manifest after archiving ``batch`` and applying the cap, writing the new
-        segments (their keys are added to ``written`` as they are stored). Returns (manifest,
-        segments no longer referenced)."""
-        kept: list[SegmentRef] = list(head.segments)
-        merged: list[Event] = []
-        retired: list[SegmentRef] = []
-        if batch:
-            batch.sort(key=lambda e: e.seq or 0)
-            start = merge_start(kept, batch[0].seq or 0, len(batch), self.segment_events)
-            rewritten = kept[start:]
-            kept = kept[:start]
-            old = self._read_segments(head, rewritten)
-            merged = sorted(
-                [e for ref, seg in zip(rewritten, old) for e in seg.live_events(ref.skip)] + batch,
-                key=lambda e: e.seq or 0,
-            )
-            retired += rewritten
-        kept, dropped, merged = trim(kept, merged, cap)
-        retired += dropped
-        for chunk in chunks(merged, self.segment_events):
-            first, last = chunk[0].seq or 0, chunk[-1].seq or 0
-            ref = SegmentRef(name=segment_name(first, last, version), first_seq=first, last_seq=last, count=len(chunk))
-            key = self.layout.segment_key(head, ref)
-            self._write_segment(key, chunk)
-            written.append(key)
-            kept.append(ref)
-        return kept, retired
 
     def history(self, conversation_id: str) -> list[Event]:
         cid = check_conversation_id(conversation_id)
@@ -503,15 +305,6 @@ class S3Store(CompactsWhileAppending, Store):
                     cid = found
                 ids.append(cid)
         return sorted(ids)
-
-    def _read_head_by_key(self, key: str) -> str | None:
-        try:
-            response = self.client.get_object(Bucket=self.bucket, Key=key)
-        except Exception as exc:
-            if is_missing(exc):
-                return None
-            raise
-        return Head.from_bytes(response["Body"].read(), f"S3 head object {key!r}").conversation_id
 
     def close(self) -> None:
         """Close the boto3 client if this store built it."""

@@ -1,0 +1,101 @@
+"""How :class:`~.store.S3Store` applies a compaction plan to a head: the events it archives are
+merged into new immutable segments (rewriting the tail segments they join, trimming the
+archive to the cap), written first; then the head with the new manifest is stored with one
+conditional write. A plan that loses the race deletes its new segments again; one that wins
+deletes the segments nothing references any more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import ClassVar
+
+from ...events import Event
+from ..base import CompactionPlan, archived_copy
+from .layout import Head, SegmentRef, chunks, merge_start, segment_name, trim
+from .objects import ConversationObjects, SegmentGone
+
+
+class Compacting(ConversationObjects):
+    """Compaction on top of the object layer (a base class of :class:`~.store.S3Store`, whose
+    :class:`~chat_memory.backends.base.Store` side supplies the cap and the records kept)."""
+
+    segment_events: int
+    compaction_records_kept: ClassVar[int]
+    archive_cap: Callable[[CompactionPlan], int | None]
+
+    def _write_compacted(self, head: Head, etag: str | None, plan: CompactionPlan) -> bool | None:
+        """Store ``head`` (as read, or with events appended) with ``plan`` applied: new archive
+        segments first, then the head with If-Match ``etag`` (the stored head's). True when it
+        won; None when it lost a race (its new segments are deleted again)."""
+        cap = self.archive_cap(plan)
+        moving = [e for e in head.active if (e.seq or 0) <= plan.archive_through_seq]
+        # superseded pins wait in the head until a compaction files them with the rest of the
+        # archive, so that the cap drops the oldest archived events exactly (a pin superseded
+        # long after it was written makes this one compaction rewrite the archive from it)
+        batch = [archived_copy(e) for e in moving] + list(head.unpinned)
+        last_seq, summary = head.last_seq, head.summary
+        if plan.summary is not None:
+            if summary is not None:
+                batch.append(archived_copy(summary))
+            last_seq += 1
+            summary = plan.summary.model_copy(update={"seq": last_seq, "archived": False})
+        version = head.version + 1
+        written: list[str] = []
+        try:
+            segments, retired = self._rearchive(head, batch, cap, version, written)
+            updated = head.evolve(
+                version=version,
+                last_seq=last_seq,
+                summary=summary,
+                active=tuple(e for e in head.active if (e.seq or 0) > plan.archive_through_seq),
+                segments=tuple(segments),
+                unpinned=(),
+                compaction_error=None,
+                compactions=(*head.compactions, plan.record)[-self.compaction_records_kept :] if plan.record else head.compactions,
+            )
+        except SegmentGone:
+            # a segment to rewrite was retired by a compaction that won meanwhile
+            self._delete_quietly(written)
+            return None
+        except BaseException:
+            self._delete_quietly(written)
+            raise
+        # no cleanup when this raises: the head may have been stored, and with it the segments
+        won = self._write_head(updated, etag)
+        if not won:
+            self._delete_quietly(written)
+            return None
+        self._delete_quietly([self.layout.segment_key(head, ref) for ref in retired])
+        return True
+
+    def _rearchive(
+        self, head: Head, batch: list[Event], cap: int | None, version: int, written: list[str]
+    ) -> tuple[list[SegmentRef], list[SegmentRef]]:
+        """The new manifest after archiving ``batch`` and applying the cap, writing the new
+        segments (their keys are added to ``written`` as they are stored). Returns (manifest,
+        segments no longer referenced)."""
+        kept: list[SegmentRef] = list(head.segments)
+        merged: list[Event] = []
+        retired: list[SegmentRef] = []
+        if batch:
+            batch.sort(key=lambda e: e.seq or 0)
+            start = merge_start(kept, batch[0].seq or 0, len(batch), self.segment_events)
+            rewritten = kept[start:]
+            kept = kept[:start]
+            old = self._read_segments(head, rewritten)
+            merged = sorted(
+                [e for ref, seg in zip(rewritten, old) for e in seg.live_events(ref.skip)] + batch,
+                key=lambda e: e.seq or 0,
+            )
+            retired += rewritten
+        kept, dropped, merged = trim(kept, merged, cap)
+        retired += dropped
+        for chunk in chunks(merged, self.segment_events):
+            first, last = chunk[0].seq or 0, chunk[-1].seq or 0
+            ref = SegmentRef(name=segment_name(first, last, version), first_seq=first, last_seq=last, count=len(chunk))
+            key = self.layout.segment_key(head, ref)
+            self._write_segment(key, chunk)
+            written.append(key)
+            kept.append(ref)
+        return kept, retired
