@@ -12,13 +12,16 @@ import pkgutil
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
-from hypothesis import settings
+from hypothesis import HealthCheck, settings
 
 # CI explores the same examples on every run (a red CI blocks a landing, so it must be
-# reproducible); local runs keep drawing new ones and find what CI would not.
-settings.register_profile("ci", derandomize=True, print_blob=True)
-if os.environ.get("CI"):
-    settings.load_profile("ci")
+# reproducible); local runs keep drawing new ones and find what CI would not. Neither judges
+# by the clock: Hypothesis' per-example deadline and its too-slow health check fail a
+# correct test on a loaded machine, so both are off everywhere.
+_UNTIMED = {"deadline": None, "suppress_health_check": [HealthCheck.too_slow]}
+settings.register_profile("local", **_UNTIMED)
+settings.register_profile("ci", derandomize=True, print_blob=True, **_UNTIMED)
+settings.load_profile("ci" if os.environ.get("CI") else "local")
 
 pytest.register_assert_rewrite(
     "tests.fixtures", "tests.helpers", "tests.validators", "chat_memory.testing.store_conformance"
