@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from chat_memory import AsyncChatMemory, ChatMemory, MemoryConfig, ThreadedStore
+from chat_memory import AsyncChatMemory, ChatMemory, MemoryConfig
 from chat_memory.backends.aio import AsyncStore
 from chat_memory.backends.redis import RedisStore
 from chat_memory.backends.redis_async import AsyncRedisStore
@@ -70,5 +70,4 @@ def view(memory: ChatMemory | AsyncChatMemory) -> ChatMemory:
     if isinstance(memory, ChatMemory):
         return memory
     sync_store = _sync_stores.get(memory) or memory.store.store
-    assert not isinstance(memory.store, ThreadedStore) or memory.store.store is sync_store
     return ChatMemory(sync_store, memory.config, summarizer=memory.summarizer)

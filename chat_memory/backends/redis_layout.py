@@ -17,6 +17,7 @@ import hashlib
 import importlib
 import json
 import uuid
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -138,7 +139,7 @@ def command(method: str, *args: Any, **kwargs: Any) -> Steps[Any]:
     return (yield from call("_command", method, args, kwargs))
 
 
-class RedisLayout:
+class RedisLayout(ABC):
     """The I/O-free half of the Redis stores (see the module docstring). ``prefix``
     namespaces every key (no ``{`` or ``}``); ``max_archived_events`` caps the archive when a
     plan names no cap (None: unbounded); ``ttl_seconds`` expires a whole conversation that long
@@ -175,9 +176,10 @@ class RedisLayout:
         self._closed = False
         self._registry = f"{prefix}conversations"
 
+    @abstractmethod
     def _is_cluster(self, client: Any) -> bool:
-        """Whether ``client`` is a cluster client (refusing one of the wrong kind)."""
-        raise NotImplementedError
+        """Whether ``client`` is a cluster client (refusing one of the wrong kind): each store
+        knows its own driver's client classes."""
 
     def __repr__(self) -> str:
         kind = "cluster" if self.cluster else "server"

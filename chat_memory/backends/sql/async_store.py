@@ -25,7 +25,8 @@ from ...errors import ConfigurationError
 from ...events import Event
 from ...search import SearchQuery, SearchResult
 from ..aio import AsyncStore
-from ..base import COMPACTION_RECORDS_KEPT, Backoff, CompactionPlan, Snapshot, Store, check_conversation_id
+from ..base import COMPACTION_RECORDS_KEPT, Backoff, CompactionPlan, Snapshot, check_conversation_id
+from ..declarations import settings_from_url
 from .engine import (
     Attempts,
     adopt_engine,
@@ -129,7 +130,7 @@ class AsyncSQLStore(AsyncStore):
     def from_url(cls, url: str, **options: Any) -> AsyncSQLStore:
         """Open a store from a SQLAlchemy URL, as :meth:`SQLStore.from_url` does (the sync
         driver of the URL, if named, is replaced by the async one: see :func:`async_url`)."""
-        settings, _ = Store.url_settings.__func__(cls, urlsplit(url).query, options)  # type: ignore[attr-defined]
+        settings, _ = settings_from_url(cls, urlsplit(url).query, options)
         return cls(url, **{**options, **settings})
 
     @classmethod
@@ -142,7 +143,7 @@ class AsyncSQLStore(AsyncStore):
     @classmethod
     def preferred_for(cls, scheme: str) -> bool:
         """PostgreSQL only. aiosqlite sends each statement to a thread of its own and back
-        (about 25 hops a turn): ``bench/bench_async.py`` measures it at 0.3-0.4x the
+        (about 35 hops for a turn of add + window): ``bench/bench_async.py`` measures it at 0.3-0.4x the
         throughput of the sync SQLite store in threads, so ``open_async_store`` threads
         SQLite unless asked for this store (``threads=False``)."""
         return _dialect_and_driver(scheme)[0] == "postgresql"
