@@ -1,7 +1,7 @@
 """``MemoryFiles``: one namespace of small text files under ``/memories``, with the memory
 tool's commands, per-file compare-and-swap and a version for every change.
 
-A backend supplies five primitives (list, read, commit, versions, drop); every command is
+A backend supplies six primitives (list, read, commit, versions, drop, stored bytes); every command is
 written once, here, as a read-modify-write that commits only if each file it read is
 still at the revision it read (compare-and-swap per file) and is retried with bounded,
 jittered backoff when another writer got there first. So two agents editing one file
@@ -21,27 +21,12 @@ from typing import Any, TypeVar
 
 from ..backends.base import Backoff, wrap_driver_errors
 from ..errors import ConcurrencyError, ConfigurationError
+from .budget import MemoryLimits
+from .occurrences import echo, find_occurrences, line_list, shown
 from .paths import ROOT, MemoryLimitError, MemoryToolError, check_path, check_text, is_within
-from .views import directory_view, file_view, numbered
+from .views import directory_view, file_view, numbered, snippet_line
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class MemoryLimits:
-    """Bounds of one namespace. A write past one is refused with :class:`MemoryLimitError`."""
-
-    max_file_bytes: int = 100_000
-    max_files: int = 200
-    max_namespace_bytes: int = 2_000_000
-    #: versions kept per namespace (the oldest are dropped first)
-    max_versions: int = 1_000
-
-    def __post_init__(self) -> None:
-        for name in ("max_file_bytes", "max_files", "max_namespace_bytes", "max_versions"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigurationError(f"MemoryLimits {name} ({value!r}) must be a whole number, 1 or more")
 
 
 @dataclass(frozen=True)
@@ -96,7 +81,7 @@ class MemoryFiles(ABC):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         # a driver exception escaping a primitive becomes a StorageError, once, here
-        for name in ("_listing", "_read", "_commit", "_versions", "_drop", "namespaces"):
+        for name in ("_listing", "_read", "_commit", "_versions", "_drop", "namespaces", "stored_bytes"):
             method = cls.__dict__.get(name)
             if method is not None:
                 setattr(cls, name, wrap_driver_errors(method))
@@ -118,10 +103,12 @@ class MemoryFiles(ABC):
 
     @abstractmethod
     def _commit(self, expected: Mapping[str, int | None], writes: Mapping[str, str | None]) -> bool:
-        """Atomically: if every path in ``expected`` is at that revision (None: absent), apply
-        ``writes`` (None: delete) at the namespace's next revision, record a version of each,
-        drop versions beyond ``limits.max_versions``, and return True; else change nothing
-        and return False."""
+        """Atomically: if every path in ``expected`` is at that revision (None: absent) and
+        the files after ``writes`` pass :func:`~.budget.live_limits_hold` against what is
+        stored now, apply ``writes`` (None: delete) at the namespace's next revision, record
+        a version of each, drop the oldest versions beyond ``limits.max_versions`` and
+        ``limits.max_version_bytes`` (:func:`~.budget.versions_to_keep`), and return True;
+        else change nothing and return False."""
 
     @abstractmethod
     def _versions(self, path: str) -> list[FileVersion]:
@@ -130,6 +117,11 @@ class MemoryFiles(ABC):
     @abstractmethod
     def _drop(self) -> None:
         """Delete the namespace: files and versions."""
+
+    @abstractmethod
+    def stored_bytes(self) -> tuple[int, int]:
+        """(content bytes of the current files, of the kept versions), as the store counts
+        them: at most ``limits.max_namespace_bytes`` and ``limits.max_version_bytes``."""
 
     # -- reads ---------------------------------------------------------------------------------
 
@@ -152,12 +144,12 @@ class MemoryFiles(ABC):
         if path in listing:
             found = self._read(path)
             if found is not None:
-                return file_view(path, found.content, view_range)
+                return file_view(path, found.content, view_range, self.limits.max_answer_chars)
             listing = self._listing()
         under = [e for e in listing.values() if is_within(e.path, path) and e.path != path]
         if not under and path != ROOT:
             raise MemoryToolError(f"The path {path} does not exist. Please provide a valid path.")
-        return directory_view(path, under)
+        return directory_view(path, under, self.limits.max_answer_chars)
 
     def versions(self, path: str) -> list[FileVersion]:
         """Every kept version of a file (deletions included), oldest first."""
@@ -190,25 +182,22 @@ class MemoryFiles(ABC):
         result: dict[str, str] = {}
 
         def edit(content: str) -> str:
-            count = content.count(old_str)
-            if count == 0:
+            found = find_occurrences(content, old_str)
+            if found.first == -1:
                 raise MemoryToolError(
-                    f"No replacement was performed, old_str `{old_str}` did not appear verbatim in {path}."
+                    f"No replacement was performed, old_str `{echo(old_str)}` did not appear verbatim in {path}."
                 )
-            if count > 1:
-                lines, start = [], 0
-                while (at := content.find(old_str, start)) != -1:
-                    lines.append(content[:at].count("\n") + 1)
-                    start = at + 1
+            if not found.unique:
                 raise MemoryToolError(
-                    f"No replacement was performed. Multiple occurrences of old_str `{old_str}` in lines: "
-                    f"{', '.join(map(str, lines))}. Please ensure it is unique"
+                    f"No replacement was performed. Multiple occurrences of old_str `{echo(old_str)}` in lines: "
+                    f"{line_list(found)}. Please ensure it is unique"
                 )
-            changed = content[: content.find(old_str)].count("\n")
-            new_content = content.replace(old_str, new_str)
+            changed = content.count("\n", 0, found.first)
+            new_content = content[: found.first] + new_str + content[found.first + len(old_str) :]
             new_lines = new_content.split("\n")
             first = max(0, changed - 2)
-            result["snippet"] = numbered(new_lines[first : min(len(new_lines), changed + 3)], first + 1)
+            shown = [snippet_line(line) for line in new_lines[first : min(len(new_lines), changed + 3)]]
+            result["snippet"] = numbered(shown, first + 1)
             return new_content
 
         self._edit(path, edit)
@@ -219,7 +208,7 @@ class MemoryFiles(ABC):
         path = check_path(path)
         insert_text = check_text(insert_text, "insert_text")
         if isinstance(insert_line, bool) or not isinstance(insert_line, int):
-            raise MemoryToolError(f"Invalid `insert_line` parameter: {insert_line!r}. It should be an integer.")
+            raise MemoryToolError(f"Invalid `insert_line` parameter: {shown(insert_line)}. It should be an integer.")
 
         def edit(content: str) -> str:
             lines = content.split("\n")
@@ -227,7 +216,7 @@ class MemoryFiles(ABC):
                 lines.pop()
             if insert_line < 0 or insert_line > len(lines):
                 raise MemoryToolError(
-                    f"Invalid `insert_line` parameter: {insert_line}. It should be within the range [0, {len(lines)}]."
+                    f"Invalid `insert_line` parameter: {shown(insert_line)}. It should be within the range [0, {len(lines)}]."
                 )
             lines.insert(insert_line, insert_text.rstrip("\n"))
             return "\n".join(lines) + "\n"
@@ -285,7 +274,7 @@ class MemoryFiles(ABC):
         path = check_path(path)
         wanted = next((v for v in self._versions(path) if v.revision == revision), None)
         if wanted is None:
-            raise MemoryToolError(f"No version {revision!r} of {path} is kept.")
+            raise MemoryToolError(f"No version {shown(revision)} of {path} is kept.")
         if wanted.content is None:
             raise MemoryToolError(f"Version {revision} of {path} is its deletion; restore an earlier version.")
         content = wanted.content
@@ -375,6 +364,13 @@ class MemoryFiles(ABC):
             raise MemoryLimitError(
                 f"The memory directory would hold {total} bytes; at most {limits.max_namespace_bytes} are allowed. "
                 "Delete or shorten files first."
+            )
+        recorded = sum(size_of(content) for content in writes.values() if content is not None)
+        if recorded > limits.version_bytes:
+            # the only change that cannot fit even once every older version is dropped
+            raise MemoryLimitError(
+                f"This change would keep {recorded} bytes of file versions; at most {limits.version_bytes} are kept. "
+                "Move or delete fewer files at once."
             )
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from .budget import live_limits_hold
 from .files import FileEntry, FileVersion, MemoryFiles, StoredFile, size_of
 
 
@@ -18,6 +19,8 @@ class _Namespace:
     revision: int = 0
     files: dict[str, StoredFile] = field(default_factory=dict)
     log: deque[FileVersion] = field(default_factory=deque)
+    #: content bytes of the versions in ``log``
+    log_bytes: int = 0
 
 
 @dataclass
@@ -65,6 +68,11 @@ class InMemoryFiles(MemoryFiles):
                 current = ns.files.get(path)
                 if (current.revision if current else None) != revision:
                     return False
+            limits = self.limits
+            sizes = {p: size_of(f.content) for p, f in ns.files.items()}
+            new_sizes = {p: None if c is None else size_of(c) for p, c in writes.items()}
+            if not live_limits_hold(sizes, new_sizes, limits.max_files, limits.max_namespace_bytes):
+                return False
             ns.revision += 1
             now = datetime.now(timezone.utc)
             for path, content in writes.items():
@@ -73,9 +81,19 @@ class InMemoryFiles(MemoryFiles):
                 else:
                     ns.files[path] = StoredFile(path, content, ns.revision)
                 ns.log.append(FileVersion(path, ns.revision, content, now))
-            while len(ns.log) > self.limits.max_versions:
-                ns.log.popleft()
+                ns.log_bytes += new_sizes[path] or 0
+            # the oldest go first, never this commit's own (the same rule as versions_to_keep)
+            while len(ns.log) > len(writes) and (
+                len(ns.log) > limits.max_versions or ns.log_bytes > limits.version_bytes
+            ):
+                ns.log_bytes -= _bytes(ns.log.popleft())
             return True
+
+    def stored_bytes(self) -> tuple[int, int]:
+        """(content bytes of the current files, of the kept versions): what this namespace holds."""
+        with self._space.lock:
+            ns = self._ns()
+            return sum(size_of(f.content) for f in ns.files.values()), ns.log_bytes
 
     def _versions(self, path: str) -> list[FileVersion]:
         with self._space.lock:
@@ -89,3 +107,7 @@ class InMemoryFiles(MemoryFiles):
         """Every namespace holding files."""
         with self._space.lock:
             return sorted(n for n, ns in self._space.by_name.items() if ns.files)
+
+
+def _bytes(version: FileVersion) -> int:
+    return 0 if version.content is None else size_of(version.content)

@@ -6,7 +6,9 @@ A commit uploads the new contents as fresh objects (``If-None-Match: *``), then 
 the head with ``If-Match: <ETag>`` (``If-None-Match: *`` for a new namespace) only if every
 file it expects is still at the revision it read; a 412 means another writer won: the
 uploads are deleted and the command re-reads and retries. Contents no head refers to any
-more (versions dropped past the cap) are deleted after the swap."""
+more (versions dropped past the count or byte budget) are deleted after the swap. Each log
+entry records its content's size (``[path, revision, blob, at, bytes]``); an entry written
+before that is sized once, with a HEAD request, by the next commit that keeps it."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ..backends.s3.client import is_conflict, is_missing
+from .budget import live_limits_hold, versions_to_keep
 from .files import FileEntry, FileVersion, MemoryFiles, StoredFile
 
 
@@ -63,6 +66,11 @@ class S3Files(MemoryFiles):
         files: dict[str, list[Any]] = head["files"]
         if any((files[p][0] if p in files else None) != rev for p, rev in expected.items()):
             return False
+        limits = self.limits
+        new_sizes = {p: None if c is None else len(c.encode("utf-8")) for p, c in writes.items()}
+        if not live_limits_hold({p: f[1] for p, f in files.items()}, new_sizes, limits.max_files, limits.max_namespace_bytes):
+            return False
+        sizes_of_blobs = {f[2]: f[1] for f in files.values()}
         revision = head["revision"] + 1
         now = datetime.now(timezone.utc).isoformat()
         uploaded: list[str] = []
@@ -70,15 +78,17 @@ class S3Files(MemoryFiles):
         for path, content in writes.items():
             if content is None:
                 files.pop(path, None)
-                log.append([path, revision, None, now])
+                log.append([path, revision, None, now, 0])
                 continue
             key = f"{self._root}blobs/{uuid.uuid4().hex}"
             data = content.encode("utf-8")
             self.client.put_object(Bucket=self.bucket, Key=key, Body=data, IfNoneMatch="*")
             uploaded.append(key)
             files[path] = [revision, len(data), key]
-            log.append([path, revision, key, now])
-        kept, dropped = log[-self.limits.max_versions :], log[: -self.limits.max_versions]
+            log.append([path, revision, key, now, len(data)])
+        newest_first = (self._logged_size(entry, sizes_of_blobs) for entry in reversed(log))
+        count, _ = versions_to_keep(newest_first, len(writes), limits.max_versions, limits.version_bytes)
+        kept, dropped = log[len(log) - count :], log[: len(log) - count]
         new_head = {"namespace": self.namespace, "revision": revision, "files": files, "log": kept}
         condition = {"IfMatch": etag} if etag is not None else {"IfNoneMatch": "*"}
         try:
@@ -95,6 +105,27 @@ class S3Files(MemoryFiles):
         self._delete([entry[2] for entry in dropped if entry[2] and entry[2] not in live])
         return True
 
+    def _logged_size(self, entry: list[Any], sizes_of_blobs: Mapping[str, int]) -> int:
+        """Content bytes of a log entry, recorded in it since the byte budget exists (an
+        older entry's is looked up once, and recorded by the commit that keeps it)."""
+        if len(entry) < 5:
+            key = entry[2]
+            size = 0 if key is None else sizes_of_blobs.get(key)
+            if size is None:
+                try:
+                    size = int(self.client.head_object(Bucket=self.bucket, Key=key)["ContentLength"])
+                except Exception as exc:
+                    if not is_missing(exc):
+                        raise
+                    size = 0  # collected meanwhile: nothing of it is stored
+            entry.append(size)
+        return int(entry[4])
+
+    def stored_bytes(self) -> tuple[int, int]:
+        """(content bytes of the current files, of the kept versions), as the head records them."""
+        head, _ = self._head()
+        return sum(f[1] for f in head["files"].values()), sum(e[4] if len(e) > 4 else 0 for e in head["log"])
+
     def _delete(self, keys: list[str]) -> None:
         for key in keys:
             try:
@@ -105,7 +136,7 @@ class S3Files(MemoryFiles):
     def _versions(self, path: str) -> list[FileVersion]:
         head, _ = self._head()
         versions = []
-        for logged_path, revision, key, at in head["log"]:
+        for logged_path, revision, key, at, *_size in head["log"]:
             if logged_path == path:
                 content = None if key is None else self._blob(key)
                 versions.append(FileVersion(path, revision, content, datetime.fromisoformat(at)))

@@ -16,6 +16,7 @@ from typing import Any
 import sqlalchemy as sa
 
 from ..backends.sql.store import SQLStore
+from .budget import live_limits_hold, versions_to_keep
 from .files import FileEntry, FileVersion, MemoryFiles, StoredFile, size_of
 
 
@@ -70,14 +71,16 @@ class SQLFiles(MemoryFiles):
                     connection.execute(n.insert().values(namespace_key=self._ns_key, namespace=self.namespace, revision=0, updated_at=now))
                     revision = 0
                 keys = {path: _key(path) for path in {*expected, *writes}}
-                current = dict(
-                    connection.execute(
-                        sa.select(f.c.path_key, f.c.revision).where(
-                            f.c.namespace_key == self._ns_key, f.c.path_key.in_(list(keys.values()))
-                        )
-                    ).all()
-                )
+                stored = connection.execute(
+                    sa.select(f.c.path_key, f.c.revision, f.c.size).where(f.c.namespace_key == self._ns_key)
+                ).all()
+                current = {row.path_key: row.revision for row in stored}
                 if any(current.get(keys[path]) != rev for path, rev in expected.items()):
+                    return False
+                sizes = {row.path_key: row.size for row in stored}
+                new_sizes = {keys[p]: None if c is None else size_of(c) for p, c in writes.items()}
+                limits = self.limits
+                if not live_limits_hold(sizes, new_sizes, limits.max_files, limits.max_namespace_bytes):
                     return False
                 revision += 1
                 for path, content in writes.items():
@@ -100,19 +103,44 @@ class SQLFiles(MemoryFiles):
                         )
                     )
                 connection.execute(n.update().where(by_key).values(revision=revision, updated_at=now))
-                self._trim(connection)
+                self._trim(connection, len(writes))
             return True
 
         return self._run(commit, "committing memory files")
 
-    def _trim(self, connection: sa.Connection) -> None:
+    def _trim(self, connection: sa.Connection, own: int) -> None:
+        """Drop the oldest versions past the count and byte budgets. The sizes are read from
+        the rows themselves (no stored counter can drift, and a namespace written before the
+        byte budget existed is trimmed by its next commit); at most ``max_versions`` plus
+        this commit's rows are read, newest first, only their lengths."""
         log = self._log
-        mine = log.c.namespace_key == self._ns_key
-        cutoff = connection.execute(
-            sa.select(log.c.id).where(mine).order_by(log.c.id.desc()).offset(self.limits.max_versions).limit(1)
-        ).scalar()
-        if cutoff is not None:
-            connection.execute(log.delete().where(mine, log.c.id <= cutoff))
+        length = _byte_length(connection, log.c.content)
+        rows = connection.execute(
+            sa.select(log.c.id, sa.func.coalesce(length, 0))
+            .where(log.c.namespace_key == self._ns_key)
+            .order_by(log.c.id.desc())
+            .limit(self.limits.max_versions + own + 1)  # one past the most that can be kept
+        ).all()
+        kept, _ = versions_to_keep((row[1] for row in rows), own, self.limits.max_versions, self.limits.version_bytes)
+        if kept < len(rows):
+            connection.execute(log.delete().where(log.c.namespace_key == self._ns_key, log.c.id <= rows[kept][0]))
+
+    def stored_bytes(self) -> tuple[int, int]:
+        """(content bytes of the current files, of the kept versions), as the database counts them."""
+        f, log = self._files, self._log
+
+        def read() -> tuple[int, int]:
+            with self.store._tx.read() as connection:
+                length = _byte_length(connection, log.c.content)
+                live = connection.execute(
+                    sa.select(sa.func.coalesce(sa.func.sum(f.c.size), 0)).where(f.c.namespace_key == self._ns_key)
+                ).scalar()
+                kept = connection.execute(
+                    sa.select(sa.func.coalesce(sa.func.sum(length), 0)).where(log.c.namespace_key == self._ns_key)
+                ).scalar()
+            return int(live), int(kept)
+
+        return self._run(read, "measuring memory files")
 
     def _versions(self, path: str) -> list[FileVersion]:
         log = self._log
@@ -152,3 +180,10 @@ class SQLFiles(MemoryFiles):
 
 def _utc(value: datetime) -> datetime:
     return value if value.tzinfo is not None else value.replace(tzinfo=timezone.utc)
+
+
+def _byte_length(connection: sa.Connection, column: Any) -> Any:
+    """UTF-8 bytes of a text column (SQLite's ``length()`` of text counts characters)."""
+    if connection.dialect.name == "sqlite":
+        return sa.func.length(sa.cast(column, sa.LargeBinary))
+    return sa.func.octet_length(column)

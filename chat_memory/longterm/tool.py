@@ -12,12 +12,18 @@ have been written from untrusted input; see docs/long-term-memory.md).
 
 from __future__ import annotations
 
+import logging
+import uuid
 from typing import Any
 
-from ..errors import ChatMemoryError, ConcurrencyError
-from ..tools import ToolOutput, openai_function, parse_arguments
+from ..errors import ConcurrencyError
+from ..tools import ToolOutput, openai_function
+from .arguments import ARGUMENT_TEXT_FACTOR, ARGUMENT_TEXT_SLACK, ArgumentError, parse_tool_arguments
 from .files import MemoryFiles
+from .occurrences import echo, shown
 from .paths import MemoryToolError
+
+logger = logging.getLogger("chat_memory.longterm")
 
 TOOL_TYPE = "memory_20250818"
 TOOL_NAME = "memory"
@@ -109,28 +115,43 @@ class MemoryTool:
         return openai_function(TOOL_NAME, TOOL_DESCRIPTION, TOOL_INPUT_SCHEMA)
 
     def run(self, arguments: dict[str, Any] | str | None) -> ToolOutput:
-        """Run one command; refusals come back as error text, never as an exception."""
-        arguments = parse_arguments(arguments, '{"command": "view", "path": "/memories"}')
-        if isinstance(arguments, ToolOutput):
-            return arguments
+        """Run one command; refusals come back as error text, never as an exception.
+
+        Bad arguments (not an object, nested too deep, numbers too long, wrong types) get a
+        short error naming the problem. Any other failure (the store is down, a bug) gets
+        ``Error: memory tool failed (error id …)`` and nothing of its internals; the full
+        exception is logged at ERROR on ``chat_memory.longterm`` with the same id. No answer
+        is longer than ``files.limits.max_answer_chars``."""
+        try:
+            output = self._run(arguments)
+        except Exception:  # the model must get an answer whatever broke; the operator gets the rest
+            error_id = uuid.uuid4().hex[:12]
+            logger.error("memory tool failed (error id %s)", error_id, exc_info=True)
+            output = ToolOutput(f"Error: memory tool failed (error id {error_id}). Try again later.", True)
+        return _bounded(output, self.files.limits.max_answer_chars)
+
+    def _run(self, arguments: Any) -> ToolOutput:
+        limits = self.files.limits
+        try:
+            arguments = parse_tool_arguments(arguments, ARGUMENT_TEXT_FACTOR * limits.max_file_bytes + ARGUMENT_TEXT_SLACK)
+        except ArgumentError as exc:
+            return ToolOutput(str(exc), True)
         command = arguments.get("command")
-        if command not in COMMANDS:
-            return ToolOutput(f"Error: Unknown command: {command!r}. Use one of: {', '.join(COMMANDS)}.", True)
+        if not isinstance(command, str) or command not in COMMANDS:
+            return ToolOutput(f"Error: Unknown command: {shown(command)}. Use one of: {', '.join(COMMANDS)}.", True)
         required, optional = COMMANDS[command]
         missing = [name for name in required if name not in arguments]
         if missing:
             return ToolOutput(f"Error: the {command} command needs {', '.join(missing)}.", True)
-        unknown = sorted(set(arguments) - {"command", *required, *optional})
+        unknown = sorted(map(str, set(arguments) - {"command", *required, *optional}))
         if unknown:
-            return ToolOutput(f"Error: the {command} command takes no {', '.join(unknown)}.", True)
+            return ToolOutput(f"Error: the {command} command takes no {echo(', '.join(unknown))}.", True)
         try:
             text = self._dispatch(command, arguments)
         except ConcurrencyError as exc:
             return ToolOutput(f"Error: {exc}", True)
         except MemoryToolError as exc:
             return ToolOutput(str(exc), True)  # the memory tool's documented error texts, as they are
-        except ChatMemoryError as exc:
-            return ToolOutput(f"Error: the memory store failed ({type(exc).__name__}); try again later.", True)
         return ToolOutput(text)
 
     def _dispatch(self, command: str, a: dict[str, Any]) -> str:
@@ -152,3 +173,12 @@ class MemoryTool:
 
     def __call__(self, arguments: dict[str, Any] | str | None) -> str:
         return self.run(arguments).text
+
+
+def _bounded(output: ToolOutput, max_chars: int) -> ToolOutput:
+    """The last guard of the answer bound: the views cut themselves at a line with a note,
+    anything else still too long is cut here."""
+    if len(output.text) <= max_chars:
+        return output
+    note = f"\n(Cut: the answer was {len(output.text)} characters; at most {max_chars} are shown.)"
+    return ToolOutput(output.text[: max_chars - len(note)] + note, output.is_error)
