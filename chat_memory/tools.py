@@ -4,18 +4,31 @@ tools (their definitions, the text of their answers, how bad arguments are answe
 Pages are numbered from 1 in the tool's input and in its text alike ("page 2 of 3" is what
 ``"page": 2`` returns): models read "page 1" as the first page, so one numbering that matches
 that reading leaves nothing to translate. (The Python API, ``memory.search(page=0)``, keeps
-counting from 0 like an offset.)"""
+counting from 0 like an offset.)
+
+A tool never raises (see docs/safety-nets.md, "What the model sees when a tool fails"): a bad
+argument is answered with a short, specific error text; a store failure or any other
+unexpected exception with a short generic one carrying an error id, while the full exception
+is logged for the operator (logger ``chat_memory.tools``, level ERROR, with its traceback and
+the same id). No SQL, host, port, user, path or driver class name reaches the model, and
+nothing the model sent comes back longer than :data:`~chat_memory.safe_json.ECHO_CHARS`
+characters."""
 
 from __future__ import annotations
 
 import json
+import logging
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import SearchError
+from .errors import InvalidInputError, SearchError
 from .events import Event
+from .safe_json import ECHO_CHARS, JSONLimitError, check, describe, echo, loads
 from .search import MatchMode, SearchPage, SearchQuery, fold
+
+logger = logging.getLogger(__name__)
 
 TOOL_NAME = "conversation_search"
 TOOL_DESCRIPTION = (
@@ -47,6 +60,11 @@ TOOL_INPUT_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 SNIPPET_CHARS = 300
+#: The highest page the tool accepts (a page past the last one is answered as such; this bound
+#: keeps the offset a store is asked for within a 64-bit integer).
+MAX_TOOL_PAGE = 1_000_000
+#: Characters of one of our own refusals (a SearchError's text) shown to the model.
+MAX_REFUSAL_CHARS = 300
 
 
 def snippet(text: str, needles: Iterable[str], width: int = SNIPPET_CHARS) -> str:
@@ -65,20 +83,25 @@ def snippet(text: str, needles: Iterable[str], width: int = SNIPPET_CHARS) -> st
 
 def format_page(page: SearchPage, query: SearchQuery) -> str:
     """Render a page of results as text a model reads easily."""
+    # the keyword is quoted back cut to ECHO_CHARS: a model's 100 KB keyword must not come back
+    # (twice, with the next-page hint) and be stored in the conversation
     if page.total == 0:
-        return f'No messages in this conversation match "{query.keyword}" ({query.match_mode.value} match).'
+        return f"No messages in this conversation match {echo(query.keyword)} ({query.match_mode.value} match)."
     first = page.page * page.page_size + 1
     last = first + len(page.hits) - 1
     number = page.page + 1  # pages are numbered from 1 in the tool's text and input
-    lines = [f'Results {first}-{last} of {page.total} for "{query.keyword}" (page {number} of {page.pages}, oldest first):']
+    lines = [f"Results {first}-{last} of {page.total} for {echo(query.keyword)} (page {number} of {page.pages}, oldest first):"]
     if not page.hits:
         lines = [f"Page {number} is past the last page ({page.pages}) of {page.total} results; pages run from 1 to {page.pages}."]
     for hit in page.hits:
         when = hit.created_at.strftime("%Y-%m-%d %H:%M UTC")
         where = "archived" if hit.archived else "in view"
         lines.append(f"- [#{hit.seq} · {when} · {hit.type} · {where}] {snippet(hit.content, query.terms)}")
-    if page.has_more:
+    if page.has_more and len(query.keyword) <= ECHO_CHARS:
         lines.append(f"More results: call {TOOL_NAME} again with {json.dumps(next_page_input(query, number + 1), ensure_ascii=False)}.")
+    elif page.has_more:
+        rest = {k: v for k, v in next_page_input(query, number + 1).items() if k != "keyword"}
+        lines.append(f"More results: call {TOOL_NAME} again with the same keyword and {json.dumps(rest)[1:-1]}.")
     else:
         lines.append("No more results.")
     return "\n".join(lines)
@@ -97,7 +120,7 @@ def tool_page(value: Any) -> int:
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SearchError(f"page ({value!r}) must be a whole number, 1 or more (pages are numbered from 1)")
+        raise SearchError(f"page ({describe(value)}) must be a whole number, 1 or more (pages are numbered from 1)")
     return value - 1
 
 
@@ -107,15 +130,52 @@ def openai_function(name: str, description: str, parameters: dict[str, Any]) -> 
 
 
 def parse_arguments(arguments: dict[str, Any] | str | None, example: str) -> dict[str, Any] | ToolOutput:
-    """The arguments as a dict (JSON text is parsed), or the error answer for the model."""
-    if isinstance(arguments, str):
-        try:
-            arguments = json.loads(arguments)
-        except json.JSONDecodeError:
-            return ToolOutput(f"Error: the arguments are not valid JSON: {arguments[:200]!r}", True)
+    """The arguments as a dict (JSON text is parsed), or the error answer for the model.
+
+    Text and dicts alike are held to :data:`~chat_memory.safe_json.MAX_ARGUMENT_DEPTH` levels
+    of nesting and :data:`~chat_memory.safe_json.MAX_INT_DIGITS`-digit integers, checked
+    before anything recurses; every key is a string."""
+    try:
+        if isinstance(arguments, (str, bytes)):
+            arguments = loads(arguments)
+        elif isinstance(arguments, dict):
+            check(arguments)
+    except JSONLimitError as exc:
+        return ToolOutput(f"Error: {exc}; pass an object such as {example}.", True)
     if not isinstance(arguments, dict):
-        return ToolOutput(f"Error: pass an object such as {example}.", True)
+        return ToolOutput(f"Error: the arguments ({describe(arguments)}) must be an object such as {example}.", True)
+    if not all(isinstance(key, str) for key in arguments):
+        return ToolOutput(f"Error: argument names must be strings; pass an object such as {example}.", True)
     return arguments
+
+
+def unknown_arguments(arguments: dict[str, Any], known: Iterable[str]) -> ToolOutput | None:
+    """The error answer naming (shortly) the arguments a tool does not take, or None."""
+    unknown = sorted(set(arguments) - set(known))
+    if not unknown:
+        return None
+    names = ", ".join(echo(name) for name in unknown[:5]) + (f" and {len(unknown) - 5:,} more" if len(unknown) > 5 else "")
+    return ToolOutput(f"Error: unknown argument(s) {names}; use {', '.join(known)}.", True)
+
+
+def refused(exc: InvalidInputError) -> ToolOutput:
+    """One of our own refusals of the model's input (a :class:`SearchError`, an id check:
+    short texts of ours) as the model's answer, cut to :data:`MAX_REFUSAL_CHARS` whatever
+    it quotes."""
+    text = str(exc)
+    if len(text) > MAX_REFUSAL_CHARS:
+        text = text[:MAX_REFUSAL_CHARS] + "…"
+    return ToolOutput(f"Error: {text.rstrip('.')}.", True)
+
+
+def failed(tool_name: str, exc: BaseException) -> ToolOutput:
+    """A store failure or any unexpected exception inside a tool: logged in full for the
+    operator (ERROR, with its traceback and an error id), answered to the model with a short
+    generic text carrying only that id. Nothing of the exception (SQL, hosts, users, paths,
+    driver names) reaches the model."""
+    error_id = uuid.uuid4().hex[:12]
+    logger.error("%s failed (error id %s)", tool_name, error_id, exc_info=exc)
+    return ToolOutput(f"Error: {tool_name} failed (error id {error_id}); try again later.", True)
 
 
 @dataclass(frozen=True)
@@ -136,6 +196,8 @@ class ConversationSearchTool:
     name = TOOL_NAME
     description = TOOL_DESCRIPTION
     input_schema = TOOL_INPUT_SCHEMA
+    #: the arguments a refusal shows as an example
+    example = '{"keyword": "invoice"}'
 
     def __init__(self, search: Callable[..., SearchPage], conversation_id: str, page_size: int) -> None:
         self._search = search
@@ -151,25 +213,37 @@ class ConversationSearchTool:
         return openai_function(self.name, self.description, self.input_schema)
 
     def run(self, arguments: dict[str, Any] | str | None) -> ToolOutput:
-        """Run one call; never raises for bad arguments (they are reported to the model)."""
-        query = self._query(arguments)
-        if isinstance(query, ToolOutput):
-            return query
-        return ToolOutput(format_page(self._search(self.conversation_id, query), query))
+        """Run one call. Never raises: bad arguments are explained to the model, a failure
+        is answered generically and logged (see the module docstring)."""
+        try:
+            query = self._query(arguments)
+            if isinstance(query, ToolOutput):
+                return query
+            return ToolOutput(format_page(self._search(self.conversation_id, query), query))
+        except InvalidInputError as exc:  # SearchError and our other input checks: short, ours
+            return refused(exc)
+        except Exception as exc:
+            return failed(self.name, exc)
 
     def _query(self, arguments: dict[str, Any] | str | None) -> SearchQuery | ToolOutput:
-        arguments = parse_arguments(arguments, '{"keyword": "invoice"}')
+        arguments = parse_arguments(arguments, self.example)
         if isinstance(arguments, ToolOutput):
             return arguments
-        unknown = sorted(set(arguments) - set(TOOL_INPUT_SCHEMA["properties"]))
+        unknown = unknown_arguments(arguments, TOOL_INPUT_SCHEMA["properties"])
         if unknown:
-            return ToolOutput(f"Error: unknown argument(s) {', '.join(unknown)}; use keyword, page, match_mode.", True)
-        try:
-            return SearchQuery.build(
-                arguments.get("keyword"), arguments.get("match_mode"), tool_page(arguments.get("page")), self.page_size
-            )
-        except SearchError as exc:
-            return ToolOutput(f"Error: {exc}.", True)
+            return unknown
+        keyword, match_mode = arguments.get("keyword"), arguments.get("match_mode")
+        # checked here so that no message quotes a model's value at length (SearchQuery's own
+        # messages repr what they are given)
+        if not isinstance(keyword, str) or not keyword.strip():
+            return ToolOutput(f"Error: keyword ({describe(keyword)}) must be a non-blank string.", True)
+        if match_mode is not None and not (isinstance(match_mode, str) and match_mode in {m.value for m in MatchMode}):
+            modes = ", ".join(m.value for m in MatchMode)
+            return ToolOutput(f"Error: match_mode ({describe(match_mode)}) must be one of: {modes}.", True)
+        page = tool_page(arguments.get("page"))
+        if page >= MAX_TOOL_PAGE:
+            return ToolOutput(f"Error: page ({describe(page + 1)}) must be at most {MAX_TOOL_PAGE:,}.", True)
+        return SearchQuery.build(keyword, match_mode, page, self.page_size)
 
     def __call__(self, arguments: dict[str, Any] | str | None) -> str:
         return self.run(arguments).text
@@ -180,11 +254,16 @@ class AsyncConversationSearchTool(ConversationSearchTool):
     :meth:`AsyncChatMemory.search_tool <chat_memory.AsyncChatMemory.search_tool>`)."""
 
     async def run(self, arguments: dict[str, Any] | str | None) -> ToolOutput:  # type: ignore[override]
-        """Run one call; never raises for bad arguments (they are reported to the model)."""
-        query = self._query(arguments)
-        if isinstance(query, ToolOutput):
-            return query
-        return ToolOutput(format_page(await self._search(self.conversation_id, query), query))
+        """Run one call; never raises (see :meth:`ConversationSearchTool.run`)."""
+        try:
+            query = self._query(arguments)
+            if isinstance(query, ToolOutput):
+                return query
+            return ToolOutput(format_page(await self._search(self.conversation_id, query), query))
+        except InvalidInputError as exc:  # SearchError and our other input checks: short, ours
+            return refused(exc)
+        except Exception as exc:
+            return failed(self.name, exc)
 
     async def __call__(self, arguments: dict[str, Any] | str | None) -> str:  # type: ignore[override]
         return (await self.run(arguments)).text
@@ -218,6 +297,8 @@ class FetchToolResultTool:
     name = FETCH_TOOL_NAME
     description = FETCH_TOOL_DESCRIPTION
     input_schema = FETCH_TOOL_INPUT_SCHEMA
+    #: the arguments a refusal shows as an example
+    example = '{"tool_call_id": "call_123"}'
 
     def __init__(self, fetch: Callable[[str, str], Event | None], conversation_id: str) -> None:
         self._fetch = fetch
@@ -232,28 +313,34 @@ class FetchToolResultTool:
         return openai_function(self.name, self.description, self.input_schema)
 
     def run(self, arguments: dict[str, Any] | str | None) -> ToolOutput:
-        """Run one call; never raises for bad arguments (they are reported to the model)."""
-        call_id = self._call_id(arguments)
-        if isinstance(call_id, ToolOutput):
-            return call_id
-        return self._answer(call_id, self._fetch(self.conversation_id, call_id))
+        """Run one call. Never raises: bad arguments are explained to the model, a failure
+        is answered generically and logged (see the module docstring)."""
+        try:
+            call_id = self._call_id(arguments)
+            if isinstance(call_id, ToolOutput):
+                return call_id
+            return self._answer(call_id, self._fetch(self.conversation_id, call_id))
+        except InvalidInputError as exc:  # the store's check of the id: short, ours
+            return refused(exc)
+        except Exception as exc:
+            return failed(self.name, exc)
 
     def _call_id(self, arguments: dict[str, Any] | str | None) -> str | ToolOutput:
-        arguments = parse_arguments(arguments, '{"tool_call_id": "call_123"}')
+        arguments = parse_arguments(arguments, self.example)
         if isinstance(arguments, ToolOutput):
             return arguments
-        unknown = sorted(set(arguments) - set(FETCH_TOOL_INPUT_SCHEMA["properties"]))
+        unknown = unknown_arguments(arguments, FETCH_TOOL_INPUT_SCHEMA["properties"])
         if unknown:
-            return ToolOutput(f"Error: unknown argument(s) {', '.join(unknown)}; use tool_call_id.", True)
+            return unknown
         call_id = arguments.get("tool_call_id")
         if not isinstance(call_id, str) or not call_id.strip():
-            return ToolOutput(f"Error: tool_call_id ({call_id!r}) must be a non-blank string.", True)
+            return ToolOutput(f"Error: tool_call_id ({describe(call_id)}) must be a non-blank string.", True)
         return call_id.strip()
 
     @staticmethod
     def _answer(call_id: str, found: Event | None) -> ToolOutput:
         if found is None:
-            return ToolOutput(f"Error: no tool result with tool_call_id {call_id!r} in this conversation.", True)
+            return ToolOutput(f"Error: no tool result with tool_call_id {echo(call_id)} in this conversation.", True)
         tool = f" ({found.tool_name})" if found.tool_name else ""
         error = ", an error" if found.is_error else ""
         return ToolOutput(f"Full output of tool call {found.tool_call_id}{tool}{error}:\n{found.content}")
@@ -266,11 +353,16 @@ class AsyncFetchToolResultTool(FetchToolResultTool):
     """:class:`FetchToolResultTool` whose ``run`` and ``__call__`` are coroutines."""
 
     async def run(self, arguments: dict[str, Any] | str | None) -> ToolOutput:  # type: ignore[override]
-        """Run one call; never raises for bad arguments (they are reported to the model)."""
-        call_id = self._call_id(arguments)
-        if isinstance(call_id, ToolOutput):
-            return call_id
-        return self._answer(call_id, await self._fetch(self.conversation_id, call_id))
+        """Run one call; never raises (see :meth:`FetchToolResultTool.run`)."""
+        try:
+            call_id = self._call_id(arguments)
+            if isinstance(call_id, ToolOutput):
+                return call_id
+            return self._answer(call_id, await self._fetch(self.conversation_id, call_id))
+        except InvalidInputError as exc:  # the store's check of the id: short, ours
+            return refused(exc)
+        except Exception as exc:
+            return failed(self.name, exc)
 
     async def __call__(self, arguments: dict[str, Any] | str | None) -> str:  # type: ignore[override]
         return (await self.run(arguments)).text

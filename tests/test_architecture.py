@@ -21,6 +21,7 @@ PUBLIC_MODULES = {
     "chat_memory.components",
     "chat_memory.components.definitions",
     "chat_memory.longterm",
+    "chat_memory.safe_json",
     "chat_memory.search",
     "chat_memory.strategies",
     "chat_memory.templates",

@@ -11,8 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import ChatMemory, ChatMemoryError, Event, with_overflow_retry
-from ..tools import ConversationSearchTool, FetchToolResultTool, ToolOutput
+from .. import ChatMemory, Event, with_overflow_retry
+from ..safe_json import ECHO_CHARS, JSONLimitError, check, describe
+from ..tools import ConversationSearchTool, FetchToolResultTool, ToolOutput, failed
 
 Tool = Any
 """A tool the agent can hand the model: ``name``, ``definition()`` (the Anthropic shape),
@@ -100,11 +101,18 @@ class Agent:
             if text.strip():
                 texts.append(text)
                 step.append(Event.assistant(text, metadata={"model": getattr(response, "model", self.model)}))
-            step += [Event.tool_call(use.name, dict(use.input or {}), call_id=use.id) for use in uses]
-            for use in uses:
-                output = ToolOutput(ROUND_LIMIT_MESSAGE, True) if last_round else self._run_tool(tools, use)
+            refusals = [self._refuse_input(use) for use in uses]
+            # a refused input is stored as {} (it could not be stored as given: the event
+            # envelope refuses such nesting), its result explains why, and the turn goes on
+            arguments = [{} if refusal else dict(use.input or {}) for use, refusal in zip(uses, refusals)]
+            step += [Event.tool_call(use.name, args, call_id=use.id) for use, args in zip(uses, arguments)]
+            for use, args, refusal in zip(uses, arguments, refusals):
+                if last_round:
+                    output = ToolOutput(ROUND_LIMIT_MESSAGE, True)
+                else:
+                    output = refusal or self._run_tool(tools, use)
                 step.append(Event.tool_result(use.id, output.text, name=use.name, is_error=output.is_error))
-                records.append(ToolCallRecord(use.name, dict(use.input or {}), output.text, output.is_error))
+                records.append(ToolCallRecord(use.name, args, output.text, output.is_error))
             if step:
                 stored += self.memory.add(conversation_id, step)
             if not uses or last_round:
@@ -143,14 +151,34 @@ class Agent:
         return self.client.messages.create(**request)
 
     @staticmethod
+    def _refuse_input(use: Any) -> ToolOutput | None:
+        """The error answer for a tool input that is no object, is nested deeper than
+        :data:`~chat_memory.safe_json.MAX_ARGUMENT_DEPTH` or holds a huge integer (checked
+        without recursing); None for an input that can be run and stored."""
+        if use.input is not None and not isinstance(use.input, dict):
+            return ToolOutput(f"Error: the tool input ({describe(use.input)}) must be an object.", True)
+        try:
+            check(use.input or {}, "the tool input")
+        except JSONLimitError as exc:
+            return ToolOutput(f"Error: {exc}; call the tool again with a flatter input.", True)
+        return None
+
+    @staticmethod
     def _run_tool(tools: dict[str, Tool], use: Any) -> ToolOutput:
-        """Run one tool call; failures go back to the model as an error result, not up the stack."""
+        """Run one tool call; failures go back to the model as a short error result (an
+        unexpected one generic, with an error id, logged in full), never up the stack."""
         tool = tools.get(use.name)
         if tool is None:
             return ToolOutput(
-                f"Error: there is no tool named {use.name!r}; available: {', '.join(tools) or 'none'}.", True
+                f"Error: there is no tool named {_short(use.name)!r}; available: {', '.join(tools) or 'none'}.", True
             )
         try:
             return tool.run(use.input)
-        except ChatMemoryError as exc:
-            return ToolOutput(f"Error: {type(exc).__name__}: {exc}", True)
+        except Exception as exc:  # the memory tool or a host's own: none may end the turn
+            return failed(str(use.name), exc)
+
+
+def _short(name: Any) -> str:
+    """A tool name the model gave, cut to ECHO_CHARS characters for an answer."""
+    text = str(name)
+    return text if len(text) <= ECHO_CHARS else text[:ECHO_CHARS] + "…"

@@ -4,7 +4,6 @@ sub-node sits in a slot that accepts it. Errors say which node and which field."
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -13,6 +12,7 @@ from typing import Any
 from ..components import NodeDefinition, NodeRegistry, memory_settings
 from ..components.definitions import MEMORY, MODEL, is_expression
 from .. import ConfigurationError
+from ..safe_json import MAX_DOCUMENT_DEPTH, JSONLimitError, check, loads
 from ..templates import template_source
 from .expressions import references
 from .nodes import default_registry
@@ -90,13 +90,18 @@ class Workflow:
 
 
 def import_workflow(data: Mapping[str, Any] | str, registry: NodeRegistry | None = None) -> Workflow:
-    """Parse and validate a workflow (a dict or JSON text). Raises :class:`WorkflowError`."""
+    """Parse and validate a workflow (a dict or JSON text). Raises :class:`WorkflowError`,
+    also for a workflow nested more than :data:`~chat_memory.safe_json.MAX_DOCUMENT_DEPTH`
+    levels deep or holding an integer of more than
+    :data:`~chat_memory.safe_json.MAX_INT_DIGITS` digits (checked before anything recurses)."""
     registry = registry or default_registry()
-    if isinstance(data, str):
-        try:
-            data = json.loads(data)
-        except json.JSONDecodeError as exc:
-            raise WorkflowError(f"workflow is not valid JSON: {exc}") from None
+    try:
+        if isinstance(data, str):
+            data = loads(data, "the workflow", MAX_DOCUMENT_DEPTH)
+        else:
+            check(data, "the workflow", MAX_DOCUMENT_DEPTH)
+    except JSONLimitError as exc:
+        raise WorkflowError(str(exc)) from None
     if not isinstance(data, Mapping):
         raise WorkflowError(f"workflow ({type(data).__name__}) must be a JSON object")
     version = data.get("formatVersion", FORMAT_VERSION)

@@ -16,9 +16,10 @@ from typing import Any
 from . import missing_extra
 from ..backends.base import check_conversation_id
 from ..config import SummaryPlacement
-from ..errors import ChatMemoryError, InvalidInputError
+from ..errors import ChatMemoryError, InvalidEventError, InvalidInputError
 from ..events import Event
 from ..render.plan import Step, Text, plan, result_text
+from ..safe_json import MAX_DOCUMENT_DEPTH, JSONLimitError, check, loads
 from ..steps import Steps, call
 from ..tools import AsyncConversationSearchTool, AsyncFetchToolResultTool, ConversationSearchTool, FetchToolResultTool
 from .memory import AnyMemory, arun_memory, check_memory, run_sync
@@ -91,8 +92,10 @@ def event_from_item(item: Any, index: int = 0) -> Event | None:
         if not isinstance(call_id, str) or not call_id:
             raise InvalidInputError(f"{where}.call_id ({call_id!r}) must be a non-empty string")
         try:
-            arguments = json.loads(raw) if isinstance(raw, str) else raw
-        except json.JSONDecodeError:
+            # text the model wrote: nested too deep, a huge integer or no JSON at all is kept
+            # as that text (replayed verbatim), as the SDK's SQLiteSession keeps it
+            arguments = loads(raw, f"{where}.arguments", MAX_DOCUMENT_DEPTH) if isinstance(raw, str) else raw
+        except JSONLimitError:
             arguments = None
         metadata = {} if isinstance(arguments, dict) else {"raw_arguments": str(raw)}  # replayed as the model wrote it
         return Event.tool_call(
@@ -116,7 +119,18 @@ def event_from_item(item: Any, index: int = 0) -> Event | None:
 
 
 def events_from_items(items: Iterable[Any]) -> list[Event]:
-    """The events a list of Responses input items maps to, in order."""
+    """The events a list of Responses input items maps to, in order. An item nested more
+    than :data:`~chat_memory.safe_json.MAX_DOCUMENT_DEPTH` levels deep or holding an integer
+    of more than :data:`~chat_memory.safe_json.MAX_INT_DIGITS` digits refuses the whole list
+    with an :class:`InvalidEventError` naming it (the SDK's SQLiteSession, whose
+    ``json.dumps`` fails on such an item, stores none of the list either); a function call's
+    ``arguments`` text is a string and is stored whatever it holds."""
+    items = list(items)
+    for i, item in enumerate(items):
+        try:
+            check(item, f"items[{i}]", MAX_DOCUMENT_DEPTH)
+        except JSONLimitError as exc:
+            raise InvalidEventError(f"{exc}; nothing of this list was stored") from None
     events = [event_from_item(item, i) for i, item in enumerate(items)]
     return [e for e in events if e is not None]
 

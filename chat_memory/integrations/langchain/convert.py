@@ -22,9 +22,10 @@ from typing import Any
 from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage, SystemMessage, ToolMessage
 
 from ...config import SummaryPlacement
-from ...errors import InvalidInputError
+from ...errors import InvalidEventError, InvalidInputError
 from ...events import Event
 from ...render.plan import Step, Text, plan, result_text
+from ...safe_json import MAX_DOCUMENT_DEPTH, JSONLimitError, check
 
 
 def message_text(message: BaseMessage) -> str:
@@ -84,13 +85,27 @@ def events_from_message(message: BaseMessage, index: int = 0) -> list[Event]:
 
 
 def events_from_messages(messages: Iterable[BaseMessage]) -> list[Event]:
-    """The events a list of LangChain messages maps to, in order."""
+    """The events a list of LangChain messages maps to, in order. A message whose content or
+    tool-call arguments are nested more than :data:`~chat_memory.safe_json.MAX_DOCUMENT_DEPTH`
+    levels deep (or hold an integer of more than
+    :data:`~chat_memory.safe_json.MAX_INT_DIGITS` digits) refuses the whole list with an
+    :class:`InvalidEventError` naming it, before anything recurses into it."""
     events: list[Event] = []
     for index, message in enumerate(messages):
         if not isinstance(message, BaseMessage):
             raise InvalidInputError(f"messages[{index}] ({message!r}) is not a LangChain message")
+        _check_nesting(message, index)
         events += events_from_message(message, index)
     return events
+
+
+def _check_nesting(message: BaseMessage, index: int) -> None:
+    try:
+        check(message.content, f"messages[{index}].content", MAX_DOCUMENT_DEPTH)
+        for k, call in enumerate(getattr(message, "tool_calls", None) or []):
+            check(call.get("args"), f"messages[{index}].tool_calls[{k}].args", MAX_DOCUMENT_DEPTH)
+    except JSONLimitError as exc:
+        raise InvalidEventError(f"{exc}; nothing of this list was stored") from None
 
 
 def render(window: Sequence[Event], summary_placement: SummaryPlacement | str) -> tuple[str, list[BaseMessage]]:

@@ -7,8 +7,44 @@ from typing import Any
 
 from langchain_core.tools import StructuredTool, ToolException
 
-from ...tools import AsyncConversationSearchTool, AsyncFetchToolResultTool, ConversationSearchTool, FetchToolResultTool, ToolOutput
+from ...tools import (
+    AsyncConversationSearchTool,
+    AsyncFetchToolResultTool,
+    ConversationSearchTool,
+    FetchToolResultTool,
+    ToolOutput,
+    parse_arguments,
+)
 from ..memory import AnyMemory, check_memory, sync_refused
+
+#: The key under which :class:`ScreenedTool` hands a refusal to the tool's function.
+REFUSAL = "__chat_memory_refusal__"
+
+
+class _Refusal(str):
+    """A refusal text made by :class:`ScreenedTool` (a model's JSON cannot produce one)."""
+
+
+class ScreenedTool(StructuredTool):
+    """A ``StructuredTool`` whose input is screened before LangChain touches it: LangChain's
+    ``run`` takes ``str()`` of the whole input first (for its callbacks), which recurses
+    into a deeply nested input (``RecursionError``) and fails on a huge integer
+    (``ValueError``). An input nested too deep, holding a huge integer, or no object is
+    replaced by a refusal, answered as an error ``ToolMessage``; JSON text is parsed."""
+
+    example: str = "{}"
+
+    def run(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
+        return super().run(self._screen(tool_input), *args, **kwargs)
+
+    async def arun(self, tool_input: Any, *args: Any, **kwargs: Any) -> Any:
+        return await super().arun(self._screen(tool_input), *args, **kwargs)
+
+    def _screen(self, tool_input: Any) -> dict[str, Any]:
+        parsed = parse_arguments(tool_input, self.example)
+        if isinstance(parsed, ToolOutput):
+            return {REFUSAL: _Refusal(parsed.text)}
+        return parsed
 
 
 def as_langchain_tool(tool: ConversationSearchTool | FetchToolResultTool) -> StructuredTool:
@@ -24,14 +60,18 @@ def as_langchain_tool(tool: ConversationSearchTool | FetchToolResultTool) -> Str
     def run(**arguments: Any) -> str:
         if is_async:
             raise sync_refused(f"the {tool.name} tool's invoke()", "await tool.ainvoke(...)")
+        if isinstance(refusal := arguments.get(REFUSAL), _Refusal):
+            raise ToolException(refusal)
         return answer(tool.run(given(arguments)))
 
     async def arun(**arguments: Any) -> str:
+        if isinstance(refusal := arguments.get(REFUSAL), _Refusal):
+            raise ToolException(refusal)
         if is_async:
             return answer(await tool.run(given(arguments)))
         return await asyncio.to_thread(run, **arguments)
 
-    return StructuredTool.from_function(
+    screened = ScreenedTool.from_function(
         func=run,
         coroutine=arun,
         name=tool.name,
@@ -39,6 +79,8 @@ def as_langchain_tool(tool: ConversationSearchTool | FetchToolResultTool) -> Str
         args_schema=tool.input_schema,
         handle_tool_error=True,
     )
+    screened.example = tool.example
+    return screened
 
 
 def given(arguments: dict[str, Any]) -> dict[str, Any]:
