@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 from ..errors import ChatMemoryError, ConfigurationError
 from .base import CompactionPlan, ConnectionField, Snapshot, Store, StoreNode, StoreOption, check_conversation_id
 from .registry import schemes, store_class_for, store_classes
-from .urls import redact_url
+from .urls import password_span, redact_message, redact_url
 
 ENV_URL = "CHAT_MEMORY_URL"
 T = TypeVar("T")
@@ -45,13 +45,14 @@ def open_store(url: str | None = None, **options: Any) -> Store:
             f"store URL ({redact_url(url)!r}) has no scheme; use one of: {', '.join(f'{s}://' for s in schemes())}"
         )
     store_class = store_class_for(scheme)
-    return opening(scheme, store_class.extra_for(scheme), lambda: store_class.from_url(url, **options))
+    return opening(scheme, store_class.extra_for(scheme), lambda: store_class.from_url(url, **options), url)
 
 
-def opening(scheme: str, extra: str | None, build: Callable[[], T]) -> T:
+def opening(scheme: str, extra: str | None, build: Callable[[], T], url: str | None = None) -> T:
     """``build()`` a store, turning what a driver raises into a
     :class:`ConfigurationError` that names the scheme (and the extra installing a missing
-    driver) and never shows a password."""
+    driver) and never shows a password: not ``url``'s, nor a piece of it that a driver which
+    cut the URL at an unencoded ``#`` or ``?`` shows in its complaint."""
     try:
         return build()
     except ChatMemoryError:
@@ -61,8 +62,16 @@ def opening(scheme: str, extra: str | None, build: Callable[[], T]) -> T:
         raise ConfigurationError(f"the driver for {scheme}:// is missing ({exc.name}); {hint}") from exc
     except Exception as exc:  # whatever else a driver says about a URL it cannot use
         raise ConfigurationError(
-            f"the {scheme}:// store cannot be opened from this URL: {type(exc).__name__}: {redact_url(str(exc))}"
-        ) from exc
+            f"the {scheme}:// store cannot be opened from this URL: {type(exc).__name__}: "
+            f"{redact_message(str(exc), [url])}{_encoding_hint(url)}"
+        ) from None if url and password_span(url) else exc
+
+
+def _encoding_hint(url: str | None) -> str:
+    span = password_span(url) if url else None
+    if url is None or span is None or not any(c in url[span[0] : span[1]] for c in "#?/@"):
+        return ""
+    return " (a password holding # ? / or @ must be percent-encoded for this driver: %23 %3F %2F %40)"
 
 
 def default_path() -> Path:
@@ -81,6 +90,39 @@ def default_url() -> str:
     return f"sqlite:///{default_path()}"
 
 
+def is_default_sqlite_file(path: Path) -> bool:
+    """Whether ``path`` is the embedded default store's file (``default_path()``)."""
+    return os.path.abspath(path) == os.path.abspath(default_path())
+
+
+def prepare_sqlite_file(path: Path) -> None:
+    """Create the folder of a SQLite file. The embedded default store's folder and file are
+    created owner-only (0700, 0600) whatever the umask: they hold every conversation of the
+    user, in a place nobody else needs to read. SQLite gives its ``-wal``, ``-shm`` and
+    ``-journal`` files the mode of the database file, so they are 0600 too. A file the caller
+    names keeps the caller's umask (a group may share it on purpose); an existing file or
+    folder is left as it is."""
+    if not is_default_sqlite_file(path):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return
+    if not path.parent.is_dir():
+        path.parent.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(mode=0o700)
+            os.chmod(path.parent, 0o700)  # mkdir's mode is filtered by the umask
+        except FileExistsError:
+            pass  # another process made it first
+    try:
+        # an empty file is a valid SQLite database; O_EXCL: never touch an existing one
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return
+    try:
+        os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+
+
 __all__ = [
     "BUILTIN_NODE",
     "ENV_URL",
@@ -94,6 +136,8 @@ __all__ = [
     "default_path",
     "default_url",
     "open_store",
+    "prepare_sqlite_file",
+    "redact_message",
     "redact_url",
     "schemes",
     "store_class_for",

@@ -231,7 +231,7 @@ def open_async_store(
         native = native_store_class(scheme)
         chosen = native is not None and (threads is False or native.preferred_for(scheme))
         if chosen and native.driver_available(scheme):  # type: ignore[union-attr]
-            return opening(scheme, native.extra_for(scheme), lambda: native.from_url(target, **options))  # type: ignore[attr-defined]
+            return opening(scheme, native.extra_for(scheme), lambda: native.from_url(target, **options), target)  # type: ignore[attr-defined]
         if threads is False:
             if native is None:
                 raise ConfigurationError(f"threads (False): {scheme}:// has no native async store; leave threads unset")

@@ -5,22 +5,22 @@ templates.
 Exit codes: 0 success, 1 runtime failure (the store or the model failed, an unknown
 conversation, a store that does not exist yet), 2 usage or configuration error, 141 output
 closed early (``| head``). Errors are one line on stderr; store URLs are shown with their
-credentials masked."""
+credentials masked, and the store URL's secrets are masked in every message and log line
+(docs/security.md). Everything is printed through :func:`~.cli_text.say`: stored text cannot
+send control sequences to the operator's terminal."""
 
 from __future__ import annotations
 
 import argparse
 import logging
 import os
-import re
 import sys
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
 from .. import ChatMemoryError, ConfigurationError, Event, EventType, InvalidInputError, MemoryConfig
-from ..backends import ENV_URL
-from ..backends import redact_url
+from ..backends import ENV_URL, default_url, redact_message
 from ..search import SearchQuery
 from ..strategies import strategy_names
 from ..templates import template_names, template_source
@@ -29,6 +29,7 @@ from ..testing.scripted_model import LABEL as SCRIPTED_LABEL
 from ..tools import format_page, tool_page
 from . import cli_json
 from .cli_memory import add_memory_command, run_memory_command
+from .cli_text import say, terminal_text
 from .cli_session import DEFAULT_CONVERSATION, DEFAULT_TEMPLATE, LIMIT_FLAGS, CommandError, Session, chosen_config
 from .demo import run_demo
 from .nodes import default_registry
@@ -38,7 +39,6 @@ CONTENT_WIDTH = 100
 LIST_PAGE_SIZE = 50
 #: exit code when stdout is closed early (128 + SIGPIPE, what a shell reports for `yes | head`)
 EXIT_PIPE_CLOSED = 141
-_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"]+")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -117,15 +117,22 @@ def _common_options(top_level: bool) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``chat-memory``; returns the exit code."""
     args = build_parser().parse_args(argv)
-    logger, handler = logging.getLogger("chat_memory"), _RedactingHandler()
+    urls = _store_urls(args)
+    logger, handler = logging.getLogger("chat_memory"), _RedactingHandler(urls)
     logger.addHandler(handler)
     try:
-        return _run(args)
+        return _run(args, urls)
     finally:
         logger.removeHandler(handler)
 
 
-def _run(args: argparse.Namespace) -> int:
+def _store_urls(args: argparse.Namespace) -> list[str]:
+    """The store URLs this command may use, whose secrets no message may show."""
+    urls = [getattr(args, "url", None), os.environ.get(ENV_URL, "").strip()]
+    return [url for url in urls if url] or [default_url()]
+
+
+def _run(args: argparse.Namespace, urls: list[str]) -> int:
     try:
         code = _HANDLERS[args.command](args)
         sys.stdout.flush()  # a closed pipe surfaces here, inside the handler below
@@ -139,44 +146,41 @@ def _run(args: argparse.Namespace) -> int:
             pass
         return EXIT_PIPE_CLOSED
     except CommandError as exc:
-        return _fail(exc, exc.code)
+        return _fail(exc, exc.code, urls)
     except (ConfigurationError, InvalidInputError) as exc:
-        return _fail(exc, 2)
+        return _fail(exc, 2, urls)
     except ChatMemoryError as exc:
-        return _fail(exc, 1)
+        return _fail(exc, 1, urls)
     except KeyboardInterrupt:
         return 130
     except Exception as exc:
         if type(exc).__module__.split(".")[0] == "anthropic":
-            return _fail(exc, 1)
+            return _fail(exc, 1, urls)
         raise
 
 
-def _redact_text(text: str) -> str:
-    """``text`` with every URL in it passed through :func:`redact_url`."""
-    return _URL_IN_TEXT.sub(lambda match: redact_url(match.group()), text)
-
-
-def _fail(exc: BaseException, code: int) -> int:
+def _fail(exc: BaseException, code: int, urls: list[str]) -> int:
     message = " ".join(str(exc).splitlines()) or type(exc).__name__
-    print(f"chat-memory: error: {_redact_text(message)}", file=sys.stderr)
+    say(f"chat-memory: error: {redact_message(message, urls)}", file=sys.stderr)
     return code
 
 
 class _RedactingHandler(logging.Handler):
-    """Writes chat-memory's warnings to the stderr of the moment, with credentials in URLs
-    masked (a driver's error text may carry one); the mask sticks to the record, so any
-    handler further up sees it masked too."""
+    """Writes chat-memory's warnings to the stderr of the moment, with the store URL's
+    secrets and credentials in any URL masked (a driver's error text may carry one) and
+    control characters escaped; the mask sticks to the record, so any handler further up
+    sees it masked too."""
 
-    def __init__(self) -> None:
+    def __init__(self, urls: list[str]) -> None:
         super().__init__(logging.WARNING)
+        self.urls = urls
 
     def filter(self, record: logging.LogRecord) -> bool:
-        record.msg, record.args = _redact_text(record.getMessage()), None
+        record.msg, record.args = redact_message(record.getMessage(), self.urls), None
         return super().filter(record)
 
     def emit(self, record: logging.LogRecord) -> None:
-        sys.stderr.write(self.format(record) + "\n")
+        sys.stderr.write(terminal_text(self.format(record)) + "\n")
 
 
 # -- commands ------------------------------------------------------------------------------
@@ -187,22 +191,22 @@ def _demo(args: argparse.Namespace) -> int:
         conversation = args.conversation
         if conversation is None:
             conversation = "demo-" + datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S-%f")
-        return run_demo(session.runner(args.scripted), session.shown_url, conversation, print)
+        return run_demo(session.runner(args.scripted), session.shown_url, conversation, say)
 
 
 def _chat(args: argparse.Namespace) -> int:
     with Session(args, writes=True) as session:
         runner = session.runner(args.scripted)
         cid = session.conversation
-        print(f"chat-memory chat: conversation {cid!r}, store {session.shown_url}; /quit or Ctrl-D to stop")
+        say(f"chat-memory chat: conversation {cid!r}, store {session.shown_url}; /quit or Ctrl-D to stop")
         if getattr(runner.client, "api_key", None) == SCRIPTED_API_KEY:
-            print(f"model: {SCRIPTED_LABEL}")
+            say(f"model: {SCRIPTED_LABEL}")
         for line in sys.stdin:
             message = line.strip()
             if message in ("/quit", "/exit"):
                 break
             if message:
-                print(f"assistant: {runner.send(cid, message).reply}", flush=True)
+                say(f"assistant: {runner.send(cid, message).reply}", flush=True)
     return 0
 
 
@@ -214,18 +218,18 @@ def _list(args: argparse.Namespace) -> int:
         shown = ids[first : first + size]
         data = cli_json.list_json(session.shown_url, shown, page, size, len(ids))
         if args.json:
-            print(cli_json.dumps(data))
+            say(cli_json.dumps(data))
             return 0
         where = f"{session.shown_url}" + (" (the file does not exist yet)" if session.store is None else "")
-        print(f"Conversations in {where}: {len(ids)} in all")
+        say(f"Conversations in {where}: {len(ids)} in all")
         for cid in shown:
-            print(cid if cid.isprintable() else repr(cid))
+            say(cid if cid.isprintable() else repr(cid))
         if shown:
-            print(f"(page {page}: {first + 1}-{first + len(shown)} of {len(ids)})")
+            say(f"(page {page}: {first + 1}-{first + len(shown)} of {len(ids)})")
         elif ids:
-            print(f"(page {page} is past the last page, page {(len(ids) - 1) // size + 1})")
+            say(f"(page {page} is past the last page, page {(len(ids) - 1) // size + 1})")
         if data["has_more"]:
-            print(f"more: chat-memory list --page {page + 1}")
+            say(f"more: chat-memory list --page {page + 1}")
     return 0
 
 
@@ -235,13 +239,13 @@ def _window(args: argparse.Namespace) -> int:
         memory = session.reader()
         window, stats = memory.window(cid), memory.stats(cid)
         if args.json:
-            print(cli_json.dumps(cli_json.window_json(cid, window, stats)))
+            say(cli_json.dumps(cli_json.window_json(cid, window, stats)))
             return 0
-        print(f"Window of {cid!r}: {len(window)} events, {stats.turns} turns, {stats.archived_events} archived")
-        print(f"{'seq':>5}  {'type':<11} {'tokens':>6}  content")
+        say(f"Window of {cid!r}: {len(window)} events, {stats.turns} turns, {stats.archived_events} archived")
+        say(f"{'seq':>5}  {'type':<11} {'tokens':>6}  content")
         for event in window:
-            print(f"{event.seq or 0:>5}  {event.type.value:<11} {event.tokens or 0:>6}  {_one_line(event)}")
-        print(f"total tokens: {sum(e.tokens or 0 for e in window)}")
+            say(f"{event.seq or 0:>5}  {event.type.value:<11} {event.tokens or 0:>6}  {_one_line(event)}")
+        say(f"total tokens: {sum(e.tokens or 0 for e in window)}")
     return 0
 
 
@@ -250,11 +254,11 @@ def _history(args: argparse.Namespace) -> int:
         cid = session.require_conversation()
         events = session.reader().history(cid)
         if args.json:
-            print(cli_json.dumps(cli_json.history_json(cid, events)))
+            say(cli_json.dumps(cli_json.history_json(cid, events)))
             return 0
-        print(f"History of {cid!r}: {len(events)} events, {sum(e.archived for e in events)} archived")
+        say(f"History of {cid!r}: {len(events)} events, {sum(e.archived for e in events)} archived")
         for event in events:
-            print(f"{event.seq or 0:>5}  {cli_json.state(event):<8}  {event.type.value:<11}  {_one_line(event)}")
+            say(f"{event.seq or 0:>5}  {cli_json.state(event):<8}  {event.type.value:<11}  {_one_line(event)}")
     return 0
 
 
@@ -266,7 +270,7 @@ def _search(args: argparse.Namespace) -> int:
         query = SearchQuery.build(args.keyword, args.mode, tool_page(args.page), size)  # bad input first: exit 2
         cid = session.require_conversation()
         page = session.reader().run_search(cid, query)
-        print(cli_json.dumps(cli_json.search_json(cid, query, page, args.keyword)) if args.json else format_page(page, query))
+        say(cli_json.dumps(cli_json.search_json(cid, query, page, args.keyword)) if args.json else format_page(page, query))
     return 0
 
 
@@ -278,9 +282,9 @@ def _compact(args: argparse.Namespace) -> int:
         result = memory.compact(cid)
         if result.compacted:
             through = result.archived_through_seq
-            print(f"{result.strategy}: archived {result.archived_events} events (through seq {through})")
+            say(f"{result.strategy}: archived {result.archived_events} events (through seq {through})")
         else:
-            print(f"{result.strategy}: nothing to compact")
+            say(f"{result.strategy}: nothing to compact")
     return 0
 
 
@@ -289,12 +293,12 @@ def _stats(args: argparse.Namespace) -> int:
         cid = session.require_conversation()
         stats = session.reader().stats(cid)
         if args.json:
-            print(cli_json.dumps(cli_json.stats_json(cid, session.shown_url, stats)))
+            say(cli_json.dumps(cli_json.stats_json(cid, session.shown_url, stats)))
             return 0
-        print(f"conversation:          {cid}")
-        print(f"store:                 {session.shown_url}")
+        say(f"conversation:          {cid}")
+        say(f"store:                 {session.shown_url}")
         for name in cli_json.STATS_FIELDS:
-            print(f"{name + ':':<22} {getattr(stats, name)}")
+            say(f"{name + ':':<22} {getattr(stats, name)}")
     return 0
 
 
@@ -309,23 +313,23 @@ def _clear(args: argparse.Namespace) -> int:
         if not args.yes:
             if not sys.stdin.isatty():
                 raise CommandError(f"clear would delete {what}; pass --yes to confirm (no terminal to ask)", 2)
-            answer = input(f"Delete {what} from {session.shown_url}? [y/N] ")
+            answer = input(terminal_text(f"Delete {what} from {session.shown_url}? [y/N] "))
             if answer.strip().lower() not in ("y", "yes"):
-                print("Nothing deleted.")
+                say("Nothing deleted.")
                 return 1
         memory.clear(cid)
-        print(f"Deleted {what}.")
+        say(f"Deleted {what}.")
     return 0
 
 
 def _nodes(args: argparse.Namespace) -> int:
     definitions = default_registry().definitions()
     if args.json:
-        print(cli_json.dumps([d.to_json() for d in definitions]))
+        say(cli_json.dumps([d.to_json() for d in definitions]))
         return 0
     for d in definitions:
         storage = f"  storage: {d.storage}" if d.storage else ""
-        print(f"{d.type:<26} {d.kind:<8} {d.title}{storage}")
+        say(f"{d.type:<26} {d.kind:<8} {d.title}{storage}")
     return 0
 
 
@@ -333,15 +337,15 @@ def _templates(args: argparse.Namespace) -> int:
     if args.action in ("show", "export") and not args.name:
         raise ConfigurationError(f"templates {args.action} needs a template name; see: chat-memory templates")
     if args.action == "show":
-        print(cli_json.dumps(template_source(args.name)))
+        say(cli_json.dumps(template_source(args.name)))
         return 0
     if args.action == "export":
         from ..integrations.langflow.export import export_langflow  # needs lfx: chat-memory[langflow]
 
-        print(cli_json.dumps(export_langflow(args.name)))
+        say(cli_json.dumps(export_langflow(args.name)))
         return 0
     for name in template_names():
-        print(f"{name:<20} {load_template(name).title}")
+        say(f"{name:<20} {load_template(name).title}")
     return 0
 
 

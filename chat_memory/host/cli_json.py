@@ -9,13 +9,15 @@ from typing import Any
 from .. import Event, EventType
 from .. import MemoryStats
 from ..search import SearchPage, SearchQuery
+from .cli_text import json_text
 
 STATS_FIELDS = ("active_events", "archived_events", "turns", "window_tokens", "version", "last_compaction_error")
 
 
 def dumps(value: Any) -> str:
-    """JSON text as the command line prints it (indented, non-ASCII kept)."""
-    return json.dumps(value, indent=2, ensure_ascii=False)
+    """JSON text as the command line prints it (indented, non-ASCII kept; control characters
+    and bidi overrides as ``\\uXXXX`` escapes, see :func:`~.cli_text.json_text`)."""
+    return json_text(json.dumps(value, indent=2, ensure_ascii=False))
 
 
 def state(event: Event) -> str:

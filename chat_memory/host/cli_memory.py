@@ -8,6 +8,7 @@ import sys
 
 from ..longterm import ROOT, format_size, long_term_memory
 from .cli_session import CommandError, Session
+from .cli_text import say, terminal_text
 
 
 def add_memory_command(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
@@ -31,27 +32,27 @@ def run_memory_command(args: argparse.Namespace) -> int:
             under = args.path or ROOT
             entries = [e for e in files.files() if e.path == under or e.path.startswith(under.rstrip("/") + "/")]
             if not entries:
-                print(f"No memory files in namespace {args.namespace!r} under {under}.")
+                say(f"No memory files in namespace {args.namespace!r} under {under}.")
                 return 0
             for entry in entries:
-                print(f"{format_size(entry.size):>7}  rev {entry.revision:<6} {entry.path}")
+                say(f"{format_size(entry.size):>7}  rev {entry.revision:<6} {entry.path}")
             return 0
         if not args.path:
             raise CommandError(f"memory {args.action} needs a PATH under {ROOT}", 2)
         if args.action == "show":
-            print(files.read(args.path), end="")
+            say(files.read(args.path), end="")
             return 0
         if args.action == "versions":
             for version in files.versions(args.path):
                 what = "deleted" if version.content is None else f"{len(version.content.encode('utf-8'))} bytes"
-                print(f"rev {version.revision:<6} {version.created_at:%Y-%m-%d %H:%M:%S} UTC  {what}")
+                say(f"rev {version.revision:<6} {version.created_at:%Y-%m-%d %H:%M:%S} UTC  {what}")
             return 0
         what = f"{args.path} of namespace {args.namespace!r}"
         if not args.yes:
             if not sys.stdin.isatty():
                 raise CommandError(f"delete would remove {what}; pass --yes to confirm (no terminal to ask)", 2)
-            if input(f"Delete {what}? [y/N] ").strip().lower() not in ("y", "yes"):
-                print("Nothing deleted.")
+            if input(terminal_text(f"Delete {what}? [y/N] ")).strip().lower() not in ("y", "yes"):
+                say("Nothing deleted.")
                 return 1
-        print(files.delete(args.path))
+        say(files.delete(args.path))
         return 0

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import AnthropicSummarizer, ChatMemory, ConfigurationError, MemoryConfig, Store, open_store
-from ..backends import ENV_URL, check_conversation_id, default_url
+from ..backends import ENV_URL, check_conversation_id, default_url, prepare_sqlite_file
 from ..backends import redact_url
 from ..strategies import strategy_class, strategy_names
 from .runtime import ChatWorkflow
@@ -61,7 +61,7 @@ class Session:
         self.missing_file: Path | None = None
         sqlite_file = _sqlite_file(self.url)
         if sqlite_file is not None and writes:
-            self._make_folder(sqlite_file.parent)
+            self._make_folder(sqlite_file)
         elif sqlite_file is not None and not sqlite_file.exists():
             self.missing_file = sqlite_file
         self.store: Store | None = None if self.missing_file else open_store(self.url)
@@ -116,9 +116,11 @@ class Session:
             client = scripted_client()
         return ChatWorkflow(self.workflow, client=client, store=self.open_store())
 
-    def _make_folder(self, folder: Path) -> None:
+    def _make_folder(self, sqlite_file: Path) -> None:
+        # the same preparation as the store's engine: the embedded default owner-only
+        folder = sqlite_file.parent
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            prepare_sqlite_file(sqlite_file)
         except OSError as exc:
             reason = exc.strerror or type(exc).__name__
             where = (

@@ -11,7 +11,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ...errors import ConfigurationError
-from ..urls import redact_url
+from ..urls import redact_url, strip_userinfo
 
 #: Codes S3 answers a conditional write with when another writer got there first.
 CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})
@@ -42,8 +42,15 @@ def make_client(
     max_attempts: int = 5,
 ) -> Any:
     """A boto3 S3 client. Credentials, and the region when not given, come from the usual
-    AWS chain (environment, shared config, instance role). Server errors and throttling
-    are retried by botocore's ``standard`` mode, at most ``max_attempts`` tries in all."""
+    AWS chain (environment, shared config, instance role), except that an ``endpoint_url``
+    with user information (``http://ACCESS_KEY:SECRET@minio:9000``, the way S3-compatible
+    servers are often written) gives the access key id and secret, which then win over the
+    chain; they are taken out of the endpoint before botocore sees it, so that no error,
+    chained exception or botocore log shows them. Server errors and throttling are retried by
+    botocore's ``standard`` mode, at most ``max_attempts`` tries in all."""
+    credentials: dict[str, str] = {}
+    if endpoint_url:
+        endpoint_url, credentials = endpoint_credentials(endpoint_url)
     try:
         import boto3
         from botocore.config import Config
@@ -60,7 +67,22 @@ def make_client(
     with _session_lock:
         if _session is None:
             _session = boto3.session.Session()
-        return _session.client("s3", endpoint_url=endpoint_url, region_name=region_name, config=config)
+        return _session.client("s3", endpoint_url=endpoint_url, region_name=region_name, config=config, **credentials)
+
+
+def endpoint_credentials(endpoint_url: str) -> tuple[str, dict[str, str]]:
+    """``(endpoint without user information, boto3 credential keywords)``: ``user:secret@``
+    is an access key id and its secret access key; a user name alone is refused (a secret
+    without its key id, or the reverse, cannot sign a request)."""
+    bare, user, secret = strip_userinfo(endpoint_url)
+    if user is None and secret is None:
+        return endpoint_url, {}
+    if not user or not secret:
+        raise ConfigurationError(
+            f"S3 endpoint_url ({redact_url(endpoint_url)!r}) must give both the access key id and the secret "
+            "(http://KEY_ID:SECRET@host:port), or neither (credentials from the AWS chain)"
+        )
+    return bare, {"aws_access_key_id": user, "aws_secret_access_key": secret}
 
 
 def error_code(exc: BaseException) -> str | None:

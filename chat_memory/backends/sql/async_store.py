@@ -16,7 +16,6 @@ import asyncio
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
 from contextlib import asynccontextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
-from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 from sqlalchemy.pool import StaticPool
@@ -31,10 +30,13 @@ from .engine import (
     Attempts,
     adopt_engine,
     engine_arguments,
+    hide_secret_options,
     is_conflict,
     is_in_memory_sqlite,
     prepare_sqlite_engine,
+    shown_url,
     split_url_options,
+    url_query,
     write_options,
 )
 from .operations import SQLOperations
@@ -99,7 +101,7 @@ class AsyncSQLStore(AsyncStore):
 
         if isinstance(engine, str):
             url, _ = split_url_options(engine, {option.name for option in self.url_options})
-            url = async_url(url)
+            url, engine_options = hide_secret_options(async_url(url), engine_options)
             self._owns_engine = True
             self.engine = create_async_engine(url, **engine_arguments(url, engine_options))
             if url.get_backend_name() == "sqlite":
@@ -130,7 +132,7 @@ class AsyncSQLStore(AsyncStore):
     def from_url(cls, url: str, **options: Any) -> AsyncSQLStore:
         """Open a store from a SQLAlchemy URL, as :meth:`SQLStore.from_url` does (the sync
         driver of the URL, if named, is replaced by the async one: see :func:`async_url`)."""
-        settings, _ = settings_from_url(cls, urlsplit(url).query, options)
+        settings, _ = settings_from_url(cls, url_query(url), options)
         return cls(url, **{**options, **settings})
 
     @classmethod
@@ -158,7 +160,7 @@ class AsyncSQLStore(AsyncStore):
             await self.engine.dispose()
 
     def __repr__(self) -> str:
-        return f"AsyncSQLStore({self.engine.url!r})"  # SQLAlchemy's URL repr hides the password
+        return f"AsyncSQLStore({shown_url(self.engine)}, table_prefix={self.tables.prefix!r})"
 
     # -- plumbing ----------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import sqlalchemy as sa
 from sqlalchemy import event
@@ -18,7 +19,7 @@ from sqlalchemy.pool import StaticPool
 
 from ...errors import ConcurrencyError, ConfigurationError
 from ..base import Backoff
-from ..urls import redact_url
+from ..urls import is_secret_option, redact_message, redact_url
 
 #: Seconds a SQLite connection waits for another process's write lock before reporting "locked".
 SQLITE_BUSY_TIMEOUT = 15.0
@@ -33,18 +34,45 @@ _PG_CONFLICTS = {"40001", "40P01", "23505", "55P03"}
 _MYSQL_CONFLICTS = {1062, 1205, 1213}
 
 
+def parse_sql_url(url: str) -> sa.URL:
+    """A SQLAlchemy URL parsed as the engine will read it; a :class:`ConfigurationError`
+    that shows no secret when it cannot be."""
+    try:
+        return with_default_driver(make_url(url))
+    except sa.exc.ArgumentError as exc:
+        raise ConfigurationError(
+            f"store URL ({redact_url(url)!r}) is not a valid SQLAlchemy URL: {redact_message(str(exc), [url])}"
+        ) from exc
+
+
+def url_query(url: str) -> str:
+    """The query string of a SQLAlchemy URL as SQLAlchemy reads it. Not ``urlsplit``: a
+    password may hold an unencoded ``?`` or ``#``, which ``urlsplit`` takes for the start of
+    the query or of a fragment (and so would lose ``table_prefix``)."""
+    return urlencode(
+        [(name, value) for name, values in parse_sql_url(url).query.items() for value in _as_tuple(values)]
+    )
+
+
+def _as_tuple(values: str | tuple[str, ...]) -> tuple[str, ...]:
+    return (values,) if isinstance(values, str) else tuple(values)
+
+
 def split_url_options(url: str, option_names: set[str]) -> tuple[sa.URL, dict[str, str]]:
     """Parse a SQLAlchemy URL and take out the query options that belong to the store (the
     rest stay in the URL for the driver, e.g. ``connect_timeout``)."""
-    try:
-        parsed = with_default_driver(make_url(url))
-    except sa.exc.ArgumentError as exc:
-        raise ConfigurationError(f"store URL ({redact_url(url)!r}) is not a valid SQLAlchemy URL: {str(exc).replace(url, redact_url(url))}") from exc
+    parsed = parse_sql_url(url)
     ours = {name: parsed.query[name] for name in option_names if name in parsed.query}
     for name, value in ours.items():
         if not isinstance(value, str):
             raise ConfigurationError(f"store URL option {name} is given more than once ({value!r})")
     return parsed.difference_update_query(list(ours)), ours  # type: ignore[return-value]
+
+
+def shown_url(engine: Any) -> str:
+    """An engine's URL as reprs and messages show it: no password, no secret query option
+    (an engine the caller built may still carry ``?password=``)."""
+    return redact_url(engine.url.render_as_string(hide_password=True))
 
 
 def with_default_driver(url: sa.URL) -> sa.URL:
@@ -61,10 +89,27 @@ def is_in_memory_sqlite(url: sa.URL) -> bool:
     return url.get_backend_name() == "sqlite" and (url.database or ":memory:") == ":memory:"
 
 
+def hide_secret_options(url: sa.URL, engine_options: dict[str, Any]) -> tuple[sa.URL, dict[str, Any]]:
+    """``url`` without its secret query options (``?password=``, ``sslpassword=``, …: see
+    :func:`~chat_memory.backends.urls.is_secret_option`), which move to ``connect_args``
+    (the driver gets the same keywords: SQLAlchemy's dialects pass the query to ``connect()``
+    too). An engine's repr, and its URL's, hide the password but show every query option."""
+    secret = {name: values for name, values in url.query.items() if is_secret_option(name)}
+    if not secret or url.get_backend_name() == "sqlite":
+        return url, engine_options
+    for name, values in secret.items():
+        if not isinstance(values, str):
+            raise ConfigurationError(f"store URL option {name} is given more than once")
+    given = dict(engine_options.get("connect_args", {}))
+    return url.difference_update_query(list(secret)), {**engine_options, "connect_args": {**secret, **given}}
+
+
 def engine_arguments(url: sa.URL, engine_options: dict[str, Any]) -> dict[str, Any]:
-    """The keyword arguments of ``create_engine`` (or ``create_async_engine``) for ``url``:
-    SQLite gets a busy timeout and a single shared connection when in memory (its file's
-    parent folder is created); other databases a connect timeout and pre-ping."""
+    """The keyword arguments of ``create_engine`` (or ``create_async_engine``) for ``url``
+    (secret query options already moved out by :func:`hide_secret_options`): SQLite gets a
+    busy timeout and a single shared connection when in memory (its file's parent folder is
+    created, owner-only for the embedded default: :func:`~chat_memory.backends.prepare_sqlite_file`); other
+    databases a connect timeout and pre-ping."""
     options = dict(engine_options)
     connect_args = dict(options.pop("connect_args", {}))
     if url.get_backend_name() != "sqlite":
@@ -78,13 +123,17 @@ def engine_arguments(url: sa.URL, engine_options: dict[str, Any]) -> dict[str, A
     if is_in_memory_sqlite(url):
         options.setdefault("poolclass", StaticPool)
     elif url.database and not url.database.startswith("file:"):
-        Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        from .. import prepare_sqlite_file
+
+        prepare_sqlite_file(Path(url.database).expanduser())
     return {"connect_args": connect_args, **options}
 
 
 def create_store_engine(url: sa.URL, **engine_options: Any) -> sa.Engine:
     """An engine for ``url`` (see :func:`engine_arguments`); SQLite also gets WAL and explicit
-    transaction control (:func:`prepare_sqlite_engine`)."""
+    transaction control (:func:`prepare_sqlite_engine`). Secret query options reach the driver
+    but not the engine's URL (:func:`hide_secret_options`)."""
+    url, engine_options = hide_secret_options(url, engine_options)
     engine = sa.create_engine(url, **engine_arguments(url, engine_options))
     if url.get_backend_name() == "sqlite":
         prepare_sqlite_engine(engine, wal=not is_in_memory_sqlite(url))

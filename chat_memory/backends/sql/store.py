@@ -6,7 +6,6 @@ import threading
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 
@@ -24,7 +23,7 @@ from ..base import (
     StoreOption,
     check_conversation_id,
 )
-from .engine import Attempts, Transactions, adopt_engine, create_store_engine, is_conflict, split_url_options
+from .engine import Attempts, Transactions, adopt_engine, create_store_engine, is_conflict, shown_url, split_url_options, url_query
 from .operations import SQLOperations, conversation_key
 from .schema import DEFAULT_TABLE_PREFIX, Tables
 
@@ -59,7 +58,7 @@ class SQLStore(CompactsWhileAppending, Store):
                 "Database URL",
                 "SQLAlchemy URL, e.g. postgresql+psycopg://user@host/db or sqlite:///chat.db.",
                 required=True,
-                placeholder="postgresql+psycopg://user:password@localhost:5432/chat",
+                placeholder="postgresql+psycopg://user@localhost:5432/chat",
             ),
             ConnectionField(
                 "tablePrefix",
@@ -107,7 +106,7 @@ class SQLStore(CompactsWhileAppending, Store):
         """Open a store from a SQLAlchemy URL; ``table_prefix`` and ``max_archived_events`` may
         be given in the query string (other query options go to the driver). ``postgres://``
         and ``postgresql://`` mean PostgreSQL through psycopg 3."""
-        settings, _ = cls.url_settings(urlsplit(url).query, options)
+        settings, _ = cls.url_settings(url_query(url), options)
         return cls(url, **{**options, **settings})
 
     @classmethod
@@ -123,6 +122,9 @@ class SQLStore(CompactsWhileAppending, Store):
         """Dispose of the engine's connections when this store created the engine."""
         if self._owns_engine:
             self.engine.dispose()
+
+    def __repr__(self) -> str:
+        return f"SQLStore({shown_url(self.engine)}, table_prefix={self.tables.prefix!r})"
 
     # -- plumbing ----------------------------------------------------------------------------
 

@@ -1,16 +1,27 @@
 """Our node fields as Langflow inputs: one mapping from :class:`FieldSpec` (type, default,
 enum, label, description, ``showIf``) to an ``lfx.io`` input, so the Langflow components
-and the canvas nodes come from the same declarations."""
+and the canvas nodes come from the same declarations.
+
+Connection URLs may carry a password, so they are secret inputs (:data:`SECRET_FIELDS`):
+masked on the canvas, and able to take a Langflow global variable (Credential type: stored
+encrypted by Langflow, the flow JSON holds only its name) instead of the URL itself."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from lfx.io import BoolInput, DropdownInput, FloatInput, IntInput, MessageTextInput, StrInput
+from lfx.io import BoolInput, DropdownInput, FloatInput, IntInput, MessageTextInput, SecretStrInput, StrInput
 
+from ...backends.urls import strip_userinfo
 from ...components import FieldSpec, NodeDefinition
 from ...errors import ConfigurationError
+
+#: Fields that hold a URL whose user information may be a password (the SQL and Redis URLs,
+#: an S3-compatible endpoint): Langflow password inputs that accept global variables.
+SECRET_FIELDS = frozenset({"url", "endpointUrl"})
+#: what a secret field's placeholder says after the example URL
+SECRET_HINT = "put credentials in a global variable"
 
 
 def _types(spec: FieldSpec) -> list[str]:
@@ -48,10 +59,22 @@ def input_for(spec: FieldSpec, refresh: bool, show: bool = True) -> Any:
         return IntInput(value=default, **common)
     if "number" in types:
         return FloatInput(value=default, **common)
+    if spec.name in SECRET_FIELDS:
+        return secret_input(spec, common)
     if spec.name == "conversationId":
         # takes Chat Input's session id as a wire; empty: the run's session id
         return MessageTextInput(value="", **{**common, "required": False})
     return StrInput(value="" if default is None else str(default), **common)
+
+
+def secret_input(spec: FieldSpec, common: dict[str, Any]) -> Any:
+    """A password input whose placeholder shows an example URL without credentials.
+    ``load_from_db`` starts False, so a URL typed or set by a flow is used as written; picking
+    a global variable on the canvas turns it on, and Langflow then fills in the variable's
+    value at run time (the flow JSON keeps only the variable's name)."""
+    example = strip_userinfo(spec.placeholder)[0] if spec.placeholder else None
+    placeholder = f"{example} — {SECRET_HINT}" if example else SECRET_HINT
+    return SecretStrInput(value="", load_from_db=False, **{**common, "placeholder": placeholder})
 
 
 def field_value(spec: FieldSpec, value: Any) -> Any:
@@ -60,6 +83,8 @@ def field_value(spec: FieldSpec, value: Any) -> Any:
     types = _types(spec)
     if hasattr(value, "text") and not isinstance(value, str):  # a wired Message
         value = value.text
+    if hasattr(value, "get_secret_value"):  # a Credential global variable arrives as a SecretStr
+        value = value.get_secret_value()
     if value is None or (isinstance(value, str) and not value.strip() and "string" not in types):
         return None
     if isinstance(value, str) and value == "" and not spec.required and spec.schema.get("minLength"):
