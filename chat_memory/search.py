@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from functools import cached_property
 from datetime import datetime
 from enum import Enum
 from typing import Any
 
-from .errors import SearchError
+from .errors import InvalidInputError, SearchError
 from .events import Event, EventType
 
 SEARCHABLE_TYPES = frozenset({EventType.USER, EventType.ASSISTANT, EventType.TOOL_CALL, EventType.TOOL_RESULT})
@@ -26,6 +27,47 @@ RECALL_TOOL_NAMES = frozenset({"conversation_search", "fetch_tool_result"})
 #: never be part of a match either), so only recall-tool texts start with it. Stores filter on
 #: it where they push search down (``NOT LIKE`` in SQL, one byte compare in Lua).
 RECALL_MARK = "\x1f"
+
+#: The longest keyword searched, in characters. Every store's work per event grows with the
+#: terms and (in the worst case) their length, and the keyword is model-controlled: 500
+#: characters hold a long pasted error line or a dozen-word phrase, yet keep the SQL patterns
+#: (16 LIKEs of at most 500 characters) far below SQLite's 50,000-byte pattern limit, its
+#: expression-depth limit of 1,000 and PostgreSQL's 65,535 parameters.
+MAX_KEYWORD_LENGTH = 500
+#: The most distinct words searched in ``all``/``any`` mode (``phrase`` is one term). Redis
+#: matches term by term inside the server, so its work per event is proportional to this;
+#: a query of more than 16 words is a document, not a search.
+MAX_TERMS = 16
+#: The longest ``tool_call_id`` :meth:`ChatMemory.fetch_tool_result` looks up (the same bound
+#: as a conversation id; providers' ids are under 100 characters).
+MAX_TOOL_CALL_ID_LENGTH = 1024
+#: How many characters of a refused value an error message quotes: messages reach the model
+#: and are stored in the conversation, so a long value is never echoed back.
+QUOTED_CHARACTERS = 40
+
+
+def quoted(value: object) -> str:
+    """``repr(value)``, cut to about :data:`QUOTED_CHARACTERS` characters (for error messages)."""
+    if isinstance(value, str) and len(value) > QUOTED_CHARACTERS:
+        return repr(value[:QUOTED_CHARACTERS]) + "…"
+    if isinstance(value, int) and value.bit_length() > 128:
+        # repr() of a huge int is slow, and refused past 4,300 digits
+        return f"an integer of {value.bit_length():,} bits"
+    text = repr(value)
+    return text if len(text) <= QUOTED_CHARACTERS + 2 else text[:QUOTED_CHARACTERS] + "…"
+
+
+def check_tool_call_id(tool_call_id: object) -> str:
+    """Return ``tool_call_id`` if it can be looked up: a string of at most
+    :data:`MAX_TOOL_CALL_ID_LENGTH` characters; raises :class:`InvalidInputError` otherwise."""
+    if not isinstance(tool_call_id, str):
+        raise InvalidInputError(f"tool_call_id ({quoted(tool_call_id)}) must be a string")
+    if len(tool_call_id) > MAX_TOOL_CALL_ID_LENGTH:
+        raise InvalidInputError(
+            f"tool_call_id is {len(tool_call_id):,} characters ({quoted(tool_call_id)}); "
+            f"ids are at most {MAX_TOOL_CALL_ID_LENGTH:,}: pass the id exactly as the tool call shows it"
+        )
+    return tool_call_id
 
 
 class MatchMode(str, Enum):
@@ -82,34 +124,45 @@ class SearchQuery:
         """Validate user input into a query (``page`` counts from 0); raises
         :class:`SearchError` naming the bad value."""
         if not isinstance(keyword, str) or not keyword.strip():
-            raise SearchError(f"keyword ({keyword!r}) must be a non-blank string")
+            raise SearchError(f"keyword ({quoted(keyword)}) must be a non-blank string")
+        if len(keyword) > MAX_KEYWORD_LENGTH:
+            raise SearchError(
+                f"keyword is {len(keyword):,} characters ({quoted(keyword)}); at most {MAX_KEYWORD_LENGTH} "
+                "are searched: use a few distinctive words"
+            )
         try:
             keyword.encode("utf-8")
         except UnicodeEncodeError:
-            raise SearchError(f"keyword ({keyword!r}) is not valid Unicode text") from None
+            raise SearchError(f"keyword ({quoted(keyword)}) is not valid Unicode text") from None
         if isinstance(page_size, bool) or not isinstance(page_size, int) or page_size < 1:
-            raise SearchError(f"page_size ({page_size!r}) must be a whole number, 1 or more")
+            raise SearchError(f"page_size ({quoted(page_size)}) must be a whole number, 1 or more")
         try:
             mode = MatchMode(match_mode if match_mode is not None else "phrase")
         except ValueError:
             raise SearchError(
-                f"match_mode ({match_mode!r}) must be one of: {', '.join(m.value for m in MatchMode)}"
+                f"match_mode ({quoted(match_mode)}) must be one of: {', '.join(m.value for m in MatchMode)}"
             ) from None
         if page is None:
             page = 0
         if isinstance(page, bool) or not isinstance(page, int) or page < 0:
-            raise SearchError(f"page ({page!r}) must be a whole number, 0 or more")
+            raise SearchError(f"page ({quoted(page)}) must be a whole number, 0 or more")
         if not isinstance(include_recall_tools, bool):
-            raise SearchError(f"include_recall_tools ({include_recall_tools!r}) must be True or False")
-        return cls(
+            raise SearchError(f"include_recall_tools ({quoted(include_recall_tools)}) must be True or False")
+        query = cls(
             keyword=keyword,
             match_mode=mode,
             offset=page * page_size,
             limit=page_size,
             include_recall_tools=include_recall_tools,
         )
+        if len(query.terms) > MAX_TERMS:
+            raise SearchError(
+                f"keyword has {len(query.terms)} different words ({quoted(keyword)}); at most {MAX_TERMS} are "
+                f"searched in match_mode {mode.value!r}: keep the most distinctive ones"
+            )
+        return query
 
-    @property
+    @cached_property
     def terms(self) -> tuple[str, ...]:
         """The folded needles: the whole keyword for ``phrase``, its words otherwise."""
         if self.match_mode is MatchMode.PHRASE:

@@ -456,12 +456,14 @@ def test_huge_pages_are_empty_or_whole_on_every_store(store, page, page_size):
     assert [h.seq for h in result.hits] == ([1, 2] if page == 0 else [])
 
 
-def test_a_keyword_longer_than_sqlite_patterns_allow_is_matched_on_every_store(store):
+def test_a_keyword_of_the_longest_length_is_matched_in_a_long_event_on_every_store(store):
+    from chat_memory.search import MAX_KEYWORD_LENGTH
+
     memory = fresh_memory(store)
     long_text = "ab" * 40_000
     memory.add("c", [Event.user(long_text), Event.assistant("short")])
-    assert memory.search("c", long_text[1:-1].upper()).total == 1
-    assert memory.search("c", long_text + "b").total == 0
+    assert memory.search("c", long_text[1 : 1 + MAX_KEYWORD_LENGTH].upper()).total == 1
+    assert memory.search("c", long_text[: MAX_KEYWORD_LENGTH - 1] + "a").total == 0  # "…aa"
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from ...errors import ConfigurationError
 from ...events import Event, EventType, Window
 from ...pins import superseded
-from ...search import RECALL_MARK, MatchMode, SearchQuery, SearchResult, search_events, search_text
+from ...search import RECALL_MARK, MatchMode, SearchQuery, SearchResult, search_text
 from ..base import CompactionPlan, Snapshot, number, split_appended, tool_call_fragment, unstored
 from .engine import lock_schema
 from .schema import build_tables, ensure_schema, pushes_down, stored_message, stored_search_text
@@ -190,12 +190,12 @@ class SQLOperations:
         return [e for e in found if e.type.value in _TOOL_TYPES and e.tool_call_id in wanted]
 
     def search(self, connection: sa.Connection, cid: str, query: SearchQuery) -> SearchResult:
-        """``LIKE`` over the stored case-folded text, counted and paged in the database (terms
-        no ``LIKE`` matches exactly are matched in Python over the history)."""
-        if not all(pushes_down(term) for term in query.terms):
-            return search_events(self.history(connection, cid), query)
+        """``LIKE`` over the stored case-folded text, counted and paged in the database, for
+        every term (NUL is spelled as the column spells it; the query model bounds the terms'
+        number and length, so the statement stays within every database's limits); only the
+        rows of the page are read."""
         events = self.tables.events
-        likes = [events.c.search_text.contains(term, autoescape=True) for term in query.terms]
+        likes = [events.c.search_text.contains(stored_search_text(term), autoescape=True) for term in query.terms]
         matched = sa.or_(*likes) if query.match_mode is MatchMode.ANY else sa.and_(*likes)
         where: tuple[Any, ...] = (events.c.conversation_ref == self._ref(cid), events.c.search_text.is_not(None), matched)
         if not query.include_recall_tools:

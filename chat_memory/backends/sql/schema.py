@@ -8,8 +8,9 @@ Seven tables, named with a configurable prefix (default ``chat_memory_``):
   archived_count, summary_seq, compaction_error). Rows are found by ``conversation_key``, the
   SHA-256 of the id, so that any id is safe whatever the database's collation or key length limit.
 - ``<prefix>events``: one row per event keyed by (conversation, seq), with the stored envelope,
-  the archived flag, the type, the token count and the case-folded search text. The index on
-  (conversation, archived, seq) makes reading the window a range scan that never visits the archive.
+  the archived flag, the type, the token count and the case-folded search text (NUL spelled
+  :data:`SEARCH_NUL` since schema version 3). The index on (conversation, archived, seq) makes
+  reading the window a range scan that never visits the archive.
 - ``<prefix>compactions`` (since schema version 2): the records of a conversation's newest
   compactions (JSON), written in the compaction's own transaction.
 - since schema version 2 too, three for long-term memory (:mod:`chat_memory.longterm.sql`):
@@ -31,7 +32,7 @@ from ...errors import ConfigurationError, SchemaError
 from ..migrations import Migration, StoredFormat
 
 #: The schema version this code creates (as recorded in the meta table).
-SCHEMA_VERSION = "2"
+SCHEMA_VERSION = "3"
 DEFAULT_TABLE_PREFIX = "chat_memory_"
 _PREFIX_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,29}|")
 
@@ -41,27 +42,34 @@ _LONG_TEXT = sa.Text().with_variant(mysql.LONGTEXT(), "mysql", "mariadb")
 _SEARCH_TEXT = sa.Text().with_variant(mysql.LONGTEXT(collation="utf8mb4_bin"), "mysql", "mariadb")
 
 
-#: PostgreSQL text cannot hold NUL, and SQLite's LIKE stops at one: the search_text column
-#: keeps U+FFFD in place of NUL. Matching stays exact for every term holding neither
-#: character (a one-for-one swap of characters cannot create or hide such a match); the
-#: store matches the rare other terms in Python (see :func:`pushes_down`).
+#: A NUL as a compaction error message keeps it (a diagnostic: PostgreSQL text cannot hold NUL).
 NUL_STAND_IN = "\ufffd"
 
+#: PostgreSQL text cannot hold NUL, and SQLite's LIKE stops at one: the search_text column
+#: (since schema version 3) keeps "ß" in place of NUL, and search terms are written the same
+#: way. Case-folded text never holds "ß" (it folds to "ss"), so the swap is one-to-one over
+#: every text the column and a term can hold, and LIKE matches exactly for every term: a
+#: match is never created or hidden. "ß" is no ASCII letter, so SQLite's LIKE does not fold
+#: it, and a Unicode-aware LIKE (ICU) folds it to itself. (Version 2 kept U+FFFD, which made
+#: NUL and U+FFFD one character: a term with either was matched in Python over the history.)
+SEARCH_NUL = "\u00df"
 
 
 def stored_search_text(folded: str | None) -> str | None:
-    """The value of the search_text column for an event's folded search text."""
-    return folded.replace("\x00", NUL_STAND_IN) if folded is not None else None
+    """The value of the search_text column for an event's folded search text (or a search
+    term: :data:`SEARCH_NUL` for NUL)."""
+    return folded.replace("\x00", SEARCH_NUL) if folded is not None else None
 
 
-#: Longest term matched by LIKE: SQLite refuses patterns over 50,000 bytes (an escaped
-#: character takes at most 4).
+#: Longest fragment of JSON body text looked up with LIKE: SQLite refuses patterns over
+#: 50,000 bytes (an escaped character takes at most 4).
 MAX_PUSHED_DOWN_TERM = 10_000
 
 
-def pushes_down(term: str) -> bool:
-    """True when a LIKE over the search_text column matches ``term`` exactly (and can be run)."""
-    return "\x00" not in term and NUL_STAND_IN not in term and len(term) <= MAX_PUSHED_DOWN_TERM
+def pushes_down(fragment: str) -> bool:
+    """True when a LIKE over the JSON body column can take ``fragment`` (a piece of an
+    envelope: JSON spells NUL ``\\u0000``, and U+FFFD is stored as itself, so the match is exact)."""
+    return len(fragment) <= MAX_PUSHED_DOWN_TERM
 
 
 def stored_message(message: str | None) -> str | None:
@@ -219,6 +227,41 @@ def _add_tables_of_version_2(change: SchemaChange) -> None:
         table.create(change.connection, checkfirst=True)
 
 
+def _recode_nul_in_search_text(change: SchemaChange) -> None:
+    """Version 2 -> 3: search_text keeps :data:`SEARCH_NUL` for NUL, not U+FFFD. Only rows
+    whose search text holds U+FFFD can change; each is rewritten from its body (the exact
+    envelope), a batch at a time in key order."""
+    from ...events import Event
+    from ...search import search_text
+
+    events, connection = change.tables.events, change.connection
+    key = sa.tuple_(events.c.conversation_ref, events.c.seq)
+    affected = (
+        sa.select(events.c.conversation_ref, events.c.seq, events.c.body)
+        .where(events.c.search_text.contains(NUL_STAND_IN, autoescape=True))
+        .order_by(events.c.conversation_ref, events.c.seq)
+        .limit(500)
+    )
+    update = (
+        events.update()
+        .where(events.c.conversation_ref == sa.bindparam("b_ref"), events.c.seq == sa.bindparam("b_seq"))
+        .values(search_text=sa.bindparam("b_text"))
+    )
+    after: tuple[int, int] | None = None
+    while True:
+        rows = connection.execute(affected if after is None else affected.where(key > sa.tuple_(*after))).all()
+        if not rows:
+            return
+        connection.execute(
+            update,
+            [
+                {"b_ref": row.conversation_ref, "b_seq": row.seq, "b_text": stored_search_text(search_text(Event.from_json(row.body)))}
+                for row in rows
+            ],
+        )
+        after = (rows[-1].conversation_ref, rows[-1].seq)
+
+
 @dataclass(frozen=True)
 class SchemaChange:
     """What a schema migration works with: the open write transaction and the tables (as
@@ -237,7 +280,10 @@ class SchemaChange:
 SQL_SCHEMA: StoredFormat[SchemaChange] = StoredFormat(
     "SQL schema",
     current=int(SCHEMA_VERSION),
-    migrations=(Migration(1, "add the compactions and long-term memory tables", _add_tables_of_version_2),),
+    migrations=(
+        Migration(1, "add the compactions and long-term memory tables", _add_tables_of_version_2),
+        Migration(2, "search_text keeps NUL as the letter sharp s, not U+FFFD", _recode_nul_in_search_text),
+    ),
     remedy="upgrade chat-memory, or use another table_prefix",
 )
 
