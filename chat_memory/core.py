@@ -16,7 +16,7 @@ from .config import MemoryConfig
 from .errors import ChatMemoryError, ConfigurationError, InvalidEventError, StorageError
 from .events import Event, EventType
 from .pins import check_pin_key, pin_key
-from .search import SearchHit, SearchPage, SearchQuery
+from .search import SearchHit, SearchPage, SearchQuery, check_tool_call_id
 from .steps import Steps, call
 from .strategies import Strategy, strategy_for
 from .summarizer import Summarizer, as_summarizer
@@ -63,12 +63,25 @@ class MemoryCore:
 
     # -- writing ---------------------------------------------------------------------------
 
-    def add(self, conversation_id: str, events: Event | Iterable[Event], compacts_while_appending: bool) -> Steps[list[Event]]:
-        """Validate, append, and compact when the strategy's limit is exceeded (see ChatMemory.add)."""
+    def add(
+        self,
+        conversation_id: str,
+        events: Event | Iterable[Event],
+        compacts_while_appending: bool,
+        appends_without_window: bool = False,
+    ) -> Steps[list[Event]]:
+        """Validate, append, and compact when the strategy's limit is exceeded (see ChatMemory.add).
+
+        ``appends_without_window``: the store has ``append_without_window`` (the stored copies
+        of the batch, without reading the window). A strategy that never compacts then needs
+        nothing else, so its append costs the batch, not the conversation's length."""
         cid = check_conversation_id(conversation_id)
         batch = yield from self._prepare(cid, events)
         if not batch:
             return []
+        if not self.strategy.compacts and appends_without_window:
+            stored: list[Event] = yield from call("append_without_window", cid, batch)
+            return stored
         if not self.strategy.summarizes and compacts_while_appending:
             # planning is pure here: let the store compact in the same write as the append
             snapshot, _ = yield from call("append_compacting", cid, batch, self.compactor.plan_without_summary)
@@ -126,9 +139,11 @@ class MemoryCore:
         return SearchQuery.build(keyword, match_mode, page, size, include_recall_tools)
 
     def fetch_tool_result(self, conversation_id: str, tool_call_id: str) -> Steps[Event | None]:
-        """The newest stored result of a call: the window first, the history only when needed."""
+        """The newest stored result of a call: the window first, then the store's own lookup
+        by id (pushed down where the store can; never the whole history on SQL)."""
         cid = check_conversation_id(conversation_id)
-        for events in (self.window(cid), call("history", cid)):
+        tool_call_id = check_tool_call_id(tool_call_id)
+        for events in (self.window(cid), call("find_tool_events", cid, [tool_call_id])):
             found = [e for e in (yield from events) if e.type is EventType.TOOL_RESULT and e.tool_call_id == tool_call_id]
             if found:
                 return found[-1]

@@ -59,7 +59,8 @@ class ChatMemory:
         the conversation (earlier in the list, in the window, or archived) and has no
         result yet. See docs/tool-pairs.md."""
         compacting = isinstance(self.store, CompactsWhileAppending)
-        return run(self._core.add(conversation_id, events, compacting), self.store)
+        lean = callable(getattr(self.store, "append_without_window", None))
+        return run(self._core.add(conversation_id, events, compacting, lean), self.store)
 
     def compact(self, conversation_id: str, force: bool = False) -> CompactionResult:
         """Run the strategy now (the "Compact" button); raises when the summarizer or the

@@ -62,13 +62,13 @@ def real_store(request) -> RedisStore:
 
 @pytest.mark.parametrize("cid", HOSTILE_IDS)
 def test_every_key_of_a_conversation_is_in_one_slot(fakeredis_store, cid):
-    keys = fakeredis_store._keys(cid)[:7]
+    keys = fakeredis_store._keys(cid)[:8]
     assert len({key_slot(k.encode()) for k in keys}) == 1
     assert all(k.startswith("chat-memory:{") and k.count("{") == 1 and k.count("}") == 1 for k in keys)
 
 
 def test_hostile_ids_never_share_keys(fakeredis_store):
-    keys = [tuple(fakeredis_store._keys(cid)[:7]) for cid in HOSTILE_IDS]
+    keys = [tuple(fakeredis_store._keys(cid)[:8]) for cid in HOSTILE_IDS]
     assert len(set(keys)) == len(HOSTILE_IDS)
 
 
@@ -88,13 +88,13 @@ def test_hostile_ids_on_a_real_cluster(redis_cluster_store):
         memory.add(cid, turn(2))  # compacts: the archive key is written too, so every key exists
     client = store.client
     for cid in HOSTILE_IDS:
-        slots = {client.execute_command("CLUSTER KEYSLOT", key) for key in store._keys(cid)[:7]}
+        slots = {client.execute_command("CLUSTER KEYSLOT", key) for key in store._keys(cid)[:8]}
         assert len(slots) == 1, cid
         assert [e.content for e in memory.history(cid)] == ["pinned", "question 1", "answer 1", "question 2", "answer 2"]
         assert memory.search(cid, "QUESTION 1").total == 1
     assert store.conversations() == sorted(HOSTILE_IDS)
     stored = {key.decode() for node_keys in _scan_all(client, store.prefix) for key in node_keys}
-    expected = {key for cid in HOSTILE_IDS for key in store._keys(cid)[:7]} | {store._registry, store._layout_key}
+    expected = {key for cid in HOSTILE_IDS for key in store._keys(cid)[:8]} | {store._registry, store._layout_key}
     assert stored == expected
     used_slots = {key_slot(store._keys(cid)[0].encode()) for cid in HOSTILE_IDS}
     assert len(used_slots) > 1  # conversations spread over the cluster
@@ -281,7 +281,7 @@ def test_ttl_covers_every_key_and_every_write_refreshes_it(redis_server):
         memory = ChatMemory(store, MemoryConfig(compaction_strategy="turn_window", max_turns=1))
         memory.add("ttl", [Event.system("be brief"), *turn(1)])
         memory.add("ttl", turn(2))
-        keys = store._keys("ttl")[:7]
+        keys = store._keys("ttl")[:8]
         assert all(0 < store.client.ttl(key) <= 1000 for key in keys)
         for key in keys:
             store.client.expire(key, 5)
@@ -310,7 +310,7 @@ def test_conversations_lists_ids_and_forgets_cleared_ones(store):
 def test_a_retried_append_is_not_applied_twice(fakeredis_store):
     store = fakeredis_store
     envelope = Event.user("once").to_json()
-    args = ["dup", 0, "token-1", "a", envelope, "once", envelope_id_prefix(envelope)]
+    args = ["dup", 0, "token-1", "w", "a", envelope, "once", envelope_id_prefix(envelope)]
     store._run("append", "dup", *args)
     store._run("append", "dup", *args)  # the same request again, as after a lost reply
     assert [e.content for e in store.history("dup")] == ["once"]

@@ -39,7 +39,7 @@ from ..errors import StorageError
 from ..events import Event
 from ..search import SearchQuery, SearchResult
 from ..steps import Steps, run
-from .base import CompactionPlan, ConnectionField, Snapshot, Store, StoreNode
+from .base import CompactionPlan, ConnectionField, Snapshot, Store, StoreNode, wrap_driver_errors
 from .migrations import Migration
 from .redis_layout import (
     DEFAULT_MAX_ARCHIVED_EVENTS,
@@ -190,6 +190,13 @@ class RedisStore(RedisLayout, Store):
 
     def append(self, conversation_id: str, events: Sequence[Event]) -> Snapshot:
         return self._do(self._append_steps(conversation_id, events))  # type: ignore[no-any-return]
+
+    @wrap_driver_errors
+    def append_without_window(self, conversation_id: str, events: Sequence[Event]) -> list[Event]:
+        """Append like :meth:`append` (atomic, idempotent per event id) and return the stored
+        copy of each of ``events``, in order, without reading the window: the id index finds
+        retried events, so the cost depends on the batch, not on the conversation's length."""
+        return self._do(self._append_without_window_steps(conversation_id, events))  # type: ignore[no-any-return]
 
     def apply(self, conversation_id: str, plan: CompactionPlan) -> bool:
         return self._do(self._apply_steps(conversation_id, plan))  # type: ignore[no-any-return]

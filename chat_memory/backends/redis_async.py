@@ -16,7 +16,7 @@ from ..events import Event
 from ..search import SearchQuery, SearchResult
 from ..steps import Steps, arun
 from .aio import AsyncStore
-from .base import CompactionPlan, Snapshot, tool_events
+from .base import CompactionPlan, Snapshot, tool_events, wrap_driver_errors
 from .migrations import Migration
 from .redis_layout import LuaScript, RedisLayout, driver, driver_target, retry
 
@@ -118,6 +118,11 @@ class AsyncRedisStore(RedisLayout, AsyncStore):
 
     async def append(self, conversation_id: str, events: Sequence[Event]) -> Snapshot:
         return await self._do(self._append_steps(conversation_id, events))  # type: ignore[no-any-return]
+
+    @wrap_driver_errors
+    async def append_without_window(self, conversation_id: str, events: Sequence[Event]) -> list[Event]:
+        """:meth:`RedisStore.append_without_window <chat_memory.backends.redis.RedisStore.append_without_window>`."""
+        return await self._do(self._append_without_window_steps(conversation_id, events))  # type: ignore[no-any-return]
 
     async def apply(self, conversation_id: str, plan: CompactionPlan) -> bool:
         return await self._do(self._apply_steps(conversation_id, plan))  # type: ignore[no-any-return]

@@ -26,7 +26,7 @@ from importlib import resources
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-from ..errors import ConcurrencyError, ConfigurationError
+from ..errors import ConcurrencyError, ConfigurationError, StorageError
 from ..events import Event, EventType, Window
 from ..search import MatchMode, SearchQuery, SearchResult, search_text
 from ..steps import Sleep, Steps, call
@@ -50,7 +50,7 @@ URL_OPTIONS = (
     StoreOption("max_archived_events", int, minimum=0, nullable=True),
     StoreOption("ttl_seconds", int, minimum=1, nullable=True),
 )
-_SUFFIXES = ("meta", "pinned", "active", "archive", "texts", "recent", "compactions")
+_SUFFIXES = ("meta", "pinned", "active", "archive", "texts", "recent", "compactions", "ids")
 _CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 # Small socket timeouts and a few quick retries: a server that is down or restarting gives a
 # StorageError within about a second or two instead of hanging the agent.
@@ -64,6 +64,14 @@ REDIS_LAYOUT: StoredFormat[Any] = StoredFormat(
 )
 #: Seconds a migration may hold the lock before another store may take it over.
 MIGRATION_LOCK_SECONDS = 300
+#: Server time one ``search.lua`` call may take before it returns a cursor (plus at most one
+#: step of about 1 ms): Redis serves no other client while a script runs.
+SEARCH_CALL_MICROSECONDS = 5000
+#: Bytes of text a search call matches (summed over the terms) between two reads of the
+#: server clock: about 0.1 to 1 ms of work.
+SEARCH_CHECK_BYTES = 131_072
+#: How often a search starts over because its conversation was cleared under it.
+SEARCH_RESTARTS = 3
 
 
 @dataclass(frozen=True)
@@ -281,12 +289,35 @@ class RedisLayout(ABC):
         return sorted(events, key=lambda e: e.seq or 0)
 
     def _search_steps(self, conversation_id: str, query: SearchQuery) -> Steps[SearchResult]:
+        """Run ``search.lua`` slice after slice (each call stops after about
+        :data:`SEARCH_CALL_MICROSECONDS` of server time and returns a cursor), so that a search
+        never holds the single-threaded server for long. Seqs are immutable while a
+        conversation exists, so resuming by seq is exact across appends and compactions; a
+        conversation cleared (or expired) meanwhile shows as a version or last seq that went
+        back, and the search starts over."""
         cid = check_conversation_id(conversation_id)
+        keys = self._keys(cid)[: len(_SUFFIXES)]
         mode = "any" if query.match_mode is MatchMode.ANY else "all"
-        args = (mode, query.offset, query.limit, "1" if query.include_recall_tools else "0", *query.terms)
-        total, hits = yield from self._script_steps(lua("search"), self._keys(cid)[: len(_SUFFIXES)], args)
-        events = [_event(hits[i + 1], archived=_text(hits[i]) == "1") for i in range(0, len(hits), 2)]
-        return SearchResult(events=events, total=int(total))
+        recall = "1" if query.include_recall_tools else "0"
+        for _ in range(SEARCH_RESTARTS):
+            cursor: tuple[Any, ...] = (0, 1, "")
+            through = seen_version = 0
+            matched, hits = 0, []
+            while True:
+                skip, room = max(0, query.offset - matched), max(0, query.limit - len(hits) // 2)
+                args = (mode, recall, *cursor, through, skip, room, SEARCH_CALL_MICROSECONDS, SEARCH_CHECK_BYTES, *query.terms)
+                reply = yield from self._script_steps(lua("search"), keys, args)
+                version, last_seq, used_through, next_seq, next_pos, found, count, slice_hits = reply
+                if through and (int(version) < seen_version or int(last_seq) < through):
+                    break  # cleared meanwhile: these seqs are another conversation's now
+                through, seen_version = int(used_through), int(version)
+                matched += int(count)
+                hits += slice_hits
+                if not int(next_seq):
+                    events = [_event(hits[i + 1], archived=_text(hits[i]) == "1") for i in range(0, len(hits), 2)]
+                    return SearchResult(events=events, total=matched)
+                cursor = (int(next_seq), int(next_pos), _text(found))
+        raise ConcurrencyError(f"conversation {cid!r} was cleared {SEARCH_RESTARTS} times during one search")
 
     def _conversations_steps(self) -> Steps[list[str]]:
         ids = sorted(_text(m) for m in (yield from self._command_steps("smembers", self._registry)))
@@ -307,19 +338,45 @@ class RedisLayout(ABC):
 
     # -- writing -----------------------------------------------------------------------------
 
-    def _append_steps(self, conversation_id: str, events: Sequence[Event]) -> Steps[Snapshot]:
-        cid = check_conversation_id(conversation_id)
-        args: list[Any] = [cid, self._ttl, uuid.uuid4().hex]
+    def _append_script_steps(self, cid: str, events: Sequence[Event], reply: str) -> Steps[list[Any]]:
+        """One append script call (``reply``: ``"w"`` the window, ``"b"`` the batch's seqs).
+        The whole batch goes in one call, so it is stored whole or not at all; the script
+        itself never hands Redis more than 1,000 arguments per command."""
+        args: list[Any] = [cid, self._ttl, uuid.uuid4().hex, reply]
         for event in events:
             envelope = event.to_json()
             if event.type is EventType.SYSTEM:
                 args += ["p", envelope, "", envelope_id_prefix(envelope)]
             else:
                 args += ["a", envelope, search_text(event) or "", envelope_id_prefix(envelope)]
-        created, reply = yield from self._run_steps("append", cid, *args)
-        if created and self.cluster:
+        found: list[Any] = yield from self._run_steps("append", cid, *args)
+        if found[0] and self.cluster:
             yield from command("sadd", self._registry, cid)
+        return found
+
+    def _append_steps(self, conversation_id: str, events: Sequence[Event]) -> Steps[Snapshot]:
+        cid = check_conversation_id(conversation_id)
+        _, reply = yield from self._append_script_steps(cid, events, "w")
         return self._snapshot(cid, reply)
+
+    def _append_without_window_steps(self, conversation_id: str, events: Sequence[Event]) -> Steps[list[Event]]:
+        cid = check_conversation_id(conversation_id)
+        _, _, _, seqs, existing = yield from self._append_script_steps(cid, events, "b")
+        stored: list[Event | None] = []
+        for event, seq, element in zip(events, seqs, existing):
+            if int(seq):
+                stored.append(event.model_copy(update={"seq": int(seq), "archived": False}))
+            else:
+                stored.append(_event(element) if element else None)
+        if any(e is None for e in stored):
+            # a request retried after a lost reply whose events a compaction moved since: rare,
+            # so read the history for them
+            by_id = {e.id: e for e in (yield from self._history_steps(cid))}
+            stored = [e if e is not None else by_id.get(event.id) for e, event in zip(stored, events)]
+        missing = [event.id for e, event in zip(stored, events) if e is None]
+        if missing:
+            raise StorageError(f"the stored copy of event {missing[0]!r} of conversation {cid!r} is gone (cleared?)")
+        return [e for e in stored if e is not None]
 
     def _apply_steps(self, conversation_id: str, plan: CompactionPlan) -> Steps[bool]:
         cid = check_conversation_id(conversation_id)

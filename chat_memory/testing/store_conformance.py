@@ -174,6 +174,18 @@ class StoreConformance:
         snapshot = store.append("c", [])
         assert snapshot.last_seq == 2 and seqs(store.history("c")) == [1, 2]
 
+    def test_a_large_append_is_whole_and_a_retry_stores_nothing_twice(self, store: Store) -> None:
+        # 5,000 events: past the size (about 4,000) where passing every value of a batch to
+        # one command breaks a Lua script (unpack) after its first writes
+        batch = [user(f"big q{i}") if i % 2 == 0 else assistant(f"big a{i}") for i in range(5_000)]
+        snapshot = store.append("c", batch)
+        assert snapshot.last_seq == 5_000 and seqs(snapshot.window.active) == list(range(1, 5_001))
+        assert [e.id for e in snapshot.window.active] == [e.id for e in batch]
+        assert [e.seq for e in store.search("c", query("big a4999")).events] == [5_000]
+        again = store.append("c", batch)
+        assert (again.version, again.last_seq) == (snapshot.version, 5_000)
+        assert store.append("c", [user("next")]).last_seq == 5_001
+
     def test_concurrent_appends_lose_and_duplicate_nothing(self, store: Store) -> None:
         errors: list[BaseException] = []
 

@@ -1,53 +1,158 @@
--- ARGV: conversation id, ttl, request token, then (kind "p"|"a", envelope, folded text,
--- id prefix) per event; the id prefix is how the envelope starts ('{"id":"…"').
-local cid, ttl, token = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+-- Append a batch, whole or not at all, at any size.
+-- ARGV: conversation id, ttl, request token, reply ('w': the window after the append; 'b': only
+-- the batch's seqs), then (kind "p"|"a", envelope, folded text, id prefix) per event; the id
+-- prefix is how the envelope starts ('{"id":"…"').
+-- Everything that can fail is checked before the first write (Redis keeps the writes a script
+-- made before a failing command), and every command takes at most CHUNK arguments.
+local HEADER = 4
+local cid, ttl, token, reply = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
+if (#ARGV - HEADER) % 4 ~= 0 or not ttl or (reply ~= 'w' and reply ~= 'b') then
+  return redis.error_reply('chat-memory: malformed append arguments')
+end
+for i = HEADER + 1, #ARGV, 4 do
+  if (ARGV[i] ~= 'p' and ARGV[i] ~= 'a') or string.sub(ARGV[i + 3], 1, 7) ~= '{"id":"' then
+    return redis.error_reply(string.format('chat-memory: malformed append arguments at event %d', (i - HEADER - 1) / 4))
+  end
+end
+local refused = wrong_key_type()
+if refused then
+  return refused
+end
 local owner = redis.call('HGET', meta, 'cid')
 if owner and owner ~= cid then
   return redis.error_reply('chat-memory: two conversation ids share one key digest')
 end
+
+local state = redis.call('HMGET', meta, 'last_seq', 'indexed', 'version')
+local last = tonumber(state[1] or '0')
+-- The id index covers what was appended through meta.indexed. Behind (data written before the
+-- index existed, or by an older chat-memory), it is rebuilt from the window once: derived data,
+-- so building it first leaves nothing half-done if this append is refused below.
+if not owner then
+  redis.call('DEL', ids)
+elseif tonumber(state[2] or '-1') ~= last then
+  redis.call('DEL', ids)
+  local pairs_ = {}
+  for _, list in ipairs({pinned, active}) do
+    for _, element in ipairs(redis.call('LRANGE', list, 0, -1)) do
+      local id = id_of(element)
+      if id then
+        pairs_[#pairs_ + 1] = id
+        pairs_[#pairs_ + 1] = seq_of(element)
+      end
+    end
+  end
+  chunked('HSET', ids, pairs_)
+  redis.call('HSET', meta, 'indexed', last)
+end
+
+local batch_ids = {}
+for i = HEADER + 1, #ARGV, 4 do
+  batch_ids[#batch_ids + 1] = ARGV[i + 3]
+end
+local indexed = #batch_ids > 0 and chunked('HMGET', ids, batch_ids) or {}
+
+-- The stored elements the index points at (a retry's path, never a plain turn's): by binary
+-- search in the seq-ordered active list for a few, by one read of the window for many. An
+-- entry counts only when the element there is the event of that id.
+local found = {}
+local wanted = {}
+for k = 1, #batch_ids do
+  if indexed[k] then
+    wanted[#wanted + 1] = k
+  end
+end
+if #wanted > 0 then
+  local by_seq = {}
+  for _, element in ipairs(redis.call('LRANGE', pinned, 0, -1)) do
+    by_seq[seq_of(element)] = element
+  end
+  local size = redis.call('LLEN', active)
+  if #wanted > 32 then
+    for _, element in ipairs(redis.call('LRANGE', active, 0, -1)) do
+      by_seq[seq_of(element)] = element
+    end
+  end
+  for _, k in ipairs(wanted) do
+    local seq = tonumber(indexed[k])
+    local element = by_seq[seq]
+    local low, high = 0, size - 1
+    while not element and #wanted <= 32 and low <= high do
+      local middle = math.floor((low + high) / 2)
+      local probe = redis.call('LINDEX', active, middle)
+      local at = seq_of(probe)
+      if at == seq then
+        element = probe
+      elseif at < seq then
+        low = middle + 1
+      else
+        high = middle - 1
+      end
+    end
+    if element and id_of(element) == batch_ids[k] then
+      found[k] = element
+    end
+  end
+end
+
+-- Idempotent per event id: an event whose id is already in the window is not stored again.
+-- seqs[k]: the seq the k-th event of the batch gets, or 0 when it is stored already (its
+-- element is then in existing[k]).
+local seqs, existing, seen = {}, {}, {}
+local first = last
+local new_pinned, new_active, new_texts, new_ids = {}, {}, {}, {}
+local retried = redis.call('ZSCORE', recent, token)
+for k = 1, #batch_ids do
+  local i = HEADER + 1 + (k - 1) * 4
+  local id = batch_ids[k]
+  local stored = seen[id] or found[k]
+  if stored or retried then
+    seqs[k] = 0
+    existing[k] = stored or ''
+  else
+    last = last + 1
+    seqs[k] = last
+    local element = string.format('%d:%s', last, ARGV[i + 1])
+    seen[id] = element
+    new_ids[#new_ids + 1] = id
+    new_ids[#new_ids + 1] = last
+    if ARGV[i] == 'p' then
+      new_pinned[#new_pinned + 1] = element
+    else
+      new_active[#new_active + 1] = element
+      new_texts[#new_texts + 1] = last
+      new_texts[#new_texts + 1] = ARGV[i + 2]
+    end
+  end
+end
+
+local function answer(created)
+  if reply == 'w' then
+    return {created, window()}
+  end
+  local counters = redis.call('HMGET', meta, 'version', 'last_seq')
+  local flat = {}
+  for k = 1, #batch_ids do
+    flat[#flat + 1] = existing[k] or ''
+  end
+  return {created, counters[1] or '0', counters[2] or '0', seqs, flat}
+end
+
 -- A request retried after a lost reply (the first attempt went through) must not append twice.
 -- It reports "created" again: on a cluster the first attempt's registration may be missing.
-if redis.call('ZSCORE', recent, token) then
-  return {1, window()}
+if retried then
+  return answer(1)
 end
--- Idempotent per event id: an event whose id is already in the window is not stored again
--- (checked here, in the same atomic step as the append, so concurrent retries store it once).
-local stored = {}
-for _, list in ipairs({pinned, active}) do
-  for _, element in ipairs(redis.call('LRANGE', list, 0, -1)) do
-    local colon = string.find(element, ':', 1, true)
-    local stop = string.find(element, ',"type":', colon, true)
-    if stop then
-      stored[string.sub(element, colon + 1, stop - 1)] = true
-    end
-  end
+if last == first then
+  return answer(owner and 0 or 1)
 end
-local last = tonumber(redis.call('HGET', meta, 'last_seq') or '0')
-local first = last
-local searchable = {}
-local pins = false
-for i = 4, #ARGV, 4 do
-  if not stored[ARGV[i + 3]] then
-    stored[ARGV[i + 3]] = true
-    last = last + 1
-    local element = string.format('%d:%s', last, ARGV[i + 1])
-    if ARGV[i] == 'p' then
-      redis.call('RPUSH', pinned, element)
-      pins = true
-    else
-      redis.call('RPUSH', active, element)
-      searchable[#searchable + 1] = last
-      searchable[#searchable + 1] = ARGV[i + 2]
-    end
-  end
-end
-if last == first and #ARGV >= 4 then
-  return {owner and 0 or 1, window()}
-end
-if #searchable > 0 then
-  redis.call('HSET', texts, unpack(searchable))
-end
-if pins then
+
+-- The writes: nothing below can fail on data checked above.
+chunked('RPUSH', pinned, new_pinned)
+chunked('RPUSH', active, new_active)
+chunked('HSET', texts, new_texts)
+chunked('HSET', ids, new_ids)
+if #new_pinned > 0 then
   -- a newer pinned event with the same pin key supersedes an older one: archive the older
   -- (the rule of chat_memory.pins.pin_key: metadata.key when a non-empty string, else 'system')
   local elements = redis.call('LRANGE', pinned, 0, -1)
@@ -55,7 +160,7 @@ if pins then
   local keys = {}
   for index, element in ipairs(elements) do
     local ok, event = pcall(cjson.decode, string.sub(element, #tostring(seq_of(element)) + 2))
-    local key = ok and type(event.metadata) == 'table' and event.metadata.key
+    local key = ok and type(event) == 'table' and type(event.metadata) == 'table' and event.metadata.key
     if type(key) ~= 'string' or key == '' then
       key = 'system'
     end
@@ -66,15 +171,19 @@ if pins then
     if newest[keys[index]] ~= index then
       redis.call('LREM', pinned, 1, element)
       redis.call('ZADD', archive, seq_of(element), element)
+      local id = id_of(element)
+      if id then
+        redis.call('HDEL', ids, id)
+      end
     end
   end
 end
-redis.call('HSET', meta, 'cid', cid, 'last_seq', last)
+redis.call('HSET', meta, 'cid', cid, 'last_seq', last, 'indexed', last)
 redis.call('HINCRBY', meta, 'version', 1)
 redis.call('ZADD', recent, last, token)
 redis.call('ZREMRANGEBYRANK', recent, 0, -17)
-if KEYS[8] then
-  redis.call('SADD', KEYS[8], cid)
+if KEYS[CONVERSATION_KEYS + 1] then
+  redis.call('SADD', KEYS[CONVERSATION_KEYS + 1], cid)
 end
 refresh_ttl(ttl)
-return {owner and 0 or 1, window()}
+return answer(owner and 0 or 1)

@@ -7,6 +7,12 @@ local version = redis.call('HGET', meta, 'version')
 if not version or tonumber(version) ~= expected then
   return 0
 end
+local refused = wrong_key_type()
+if refused then
+  return refused
+end
+-- archived events leave the id index (it covers the window only), in bounded HDELs
+local gone = {}
 while true do
   local head = redis.call('LINDEX', active, 0)
   if not head or seq_of(head) > through then
@@ -14,26 +20,29 @@ while true do
   end
   redis.call('LPOP', active)
   redis.call('ZADD', archive, seq_of(head), head)
+  gone[#gone + 1] = id_of(head)
 end
+chunked('HDEL', ids, gone)
 if summary ~= '' then
   local previous = redis.call('HGET', meta, 'summary')
   if previous then
     redis.call('ZADD', archive, seq_of(previous), previous)
   end
   local seq = redis.call('HINCRBY', meta, 'last_seq', 1)
+  if tonumber(redis.call('HGET', meta, 'indexed') or '-1') == seq - 1 then
+    redis.call('HSET', meta, 'indexed', seq)  -- a summary is not in the index: it stays complete
+  end
   redis.call('HSET', meta, 'summary', string.format('%d:%s', seq, summary))
 end
 if cap ~= '' then
   local excess = redis.call('ZCARD', archive) - tonumber(cap)
   if excess > 0 then
     local dropped = redis.call('ZRANGE', archive, 0, excess - 1)
-    for first = 1, #dropped, 500 do
-      local seqs = {}
-      for i = first, math.min(first + 499, #dropped) do
-        seqs[#seqs + 1] = seq_of(dropped[i])
-      end
-      redis.call('HDEL', texts, unpack(seqs))
+    local seqs = {}
+    for i = 1, #dropped do
+      seqs[i] = seq_of(dropped[i])
     end
+    chunked('HDEL', texts, seqs)
     redis.call('ZREMRANGEBYRANK', archive, 0, excess - 1)
   end
 end
