@@ -1,20 +1,17 @@
 """The memory tool's arguments as the model sent them, checked before anything goes deep.
 
-The arguments are model-controlled. ``json.loads`` recurses once per nesting level (a 2 KB
-text of ``[`` raises ``RecursionError``) and refuses integers of more than 4,300 digits with
-``ValueError``; formatting such an integer in an error text raises the same. So JSON text is
-pre-scanned in linear time (strings skipped by one regular expression, then the nesting depth
-and the longest run of digits measured) and a dict the host already parsed is walked
-iteratively, no deeper than the limit. The memory tool's own arguments are flat (``view_range``
-is the one list), so the bounds are far above any valid call.
+The arguments are model-controlled: :mod:`chat_memory.safe_json` measures the nesting and
+the integers before parsing (``json.loads`` recurses once per level, and ``int()`` refuses
+more than 4,300 digits). The memory tool's own arguments are flat (``view_range`` is the one
+list), so its bounds are far tighter than a general tool's, and still far above any valid
+call; its answers are in the SDK's style ("Error: ….").
 """
 
 from __future__ import annotations
 
-import json
-import re
-from itertools import accumulate
 from typing import Any
+
+from ..safe_json import JSONLimitError, check, loads
 
 #: nesting levels of objects and arrays accepted in the arguments (valid calls use 2)
 MAX_ARGUMENT_DEPTH = 8
@@ -25,11 +22,6 @@ MAX_INTEGER_DIGITS = 19
 ARGUMENT_TEXT_FACTOR = 12
 ARGUMENT_TEXT_SLACK = 65_536
 
-_STRING = re.compile(r'"(?:[^"\\]++|\\.)*+"', re.DOTALL)
-_NOT_BRACKET = re.compile(r"[^\[\]{}]++")
-_DIGITS = re.compile(r"\d{%d,}" % (MAX_INTEGER_DIGITS + 1))
-_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
-
 
 class ArgumentError(ValueError):
     """Arguments the memory tool cannot take; the message is the answer for the model."""
@@ -38,72 +30,20 @@ class ArgumentError(ValueError):
 def parse_tool_arguments(arguments: Any, max_text_chars: int) -> dict[str, Any]:
     """The arguments as a dict, or :class:`ArgumentError` with a short message naming the
     problem (never the arguments at length)."""
-    if isinstance(arguments, (bytes, bytearray)):
+    if isinstance(arguments, (str, bytes, bytearray)):
+        if len(arguments) > max_text_chars:
+            raise ArgumentError(f"Error: the arguments are {len(arguments)} characters long; at most {max_text_chars} are accepted.")
         try:
-            arguments = arguments.decode("utf-8")
-        except UnicodeDecodeError:
-            raise ArgumentError("Error: the arguments are not valid UTF-8 text.") from None
-    if isinstance(arguments, str):
-        arguments = _parse_text(arguments, max_text_chars)
+            arguments = loads(arguments, max_depth=MAX_ARGUMENT_DEPTH, max_int_digits=MAX_INTEGER_DIGITS)
+        except JSONLimitError as exc:
+            raise ArgumentError(f"Error: {exc}.") from None
     if not isinstance(arguments, dict):
         raise ArgumentError(
             f"Error: the arguments must be an object such as {{\"command\": \"view\", \"path\": \"/memories\"}}, "
             f"got {type(arguments).__name__}."
         )
-    check_structure(arguments)
-    return arguments
-
-
-def _parse_text(text: str, max_text_chars: int) -> Any:
-    if len(text) > max_text_chars:
-        raise ArgumentError(f"Error: the arguments are {len(text)} characters long; at most {max_text_chars} are accepted.")
-    skeleton = _STRING.sub('""', text)
-    brackets = _NOT_BRACKET.sub("", skeleton)
-    depth = max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
-    if depth > MAX_ARGUMENT_DEPTH:
-        raise ArgumentError(
-            f"Error: the arguments are nested {depth} levels deep; at most {MAX_ARGUMENT_DEPTH} are accepted."
-        )
-    digits = _DIGITS.search(skeleton)
-    if digits is not None:
-        raise ArgumentError(_too_many_digits(len(digits.group())))
     try:
-        return json.loads(text)
-    except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
-        raise ArgumentError(f"Error: the arguments are not valid JSON ({len(text)} characters).") from None
-
-
-def check_structure(arguments: dict[str, Any]) -> None:
-    """Refuse nesting past :data:`MAX_ARGUMENT_DEPTH` and integers past
-    :data:`MAX_INTEGER_DIGITS` digits in already-parsed arguments; iterative and bounded, so
-    cyclic or very deep structures cannot make it recurse or loop."""
-    pending: list[tuple[Any, int]] = [(arguments, 1)]
-    seen: set[int] = set()  # a container shared many times (or a cycle) is walked once
-    while pending:
-        value, depth = pending.pop()
-        if isinstance(value, (dict, list, tuple)):
-            if id(value) in seen:
-                continue
-            seen.add(id(value))
-        if isinstance(value, dict):
-            children: Any = list(value.keys()) + list(value.values())
-        elif isinstance(value, (list, tuple)):
-            children = value
-        else:
-            if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 63:
-                raise ArgumentError(_too_many_digits(None))
-            continue
-        if depth > MAX_ARGUMENT_DEPTH:
-            raise ArgumentError(
-                f"Error: the arguments are nested more than {MAX_ARGUMENT_DEPTH} levels deep; "
-                f"at most {MAX_ARGUMENT_DEPTH} are accepted."
-            )
-        pending.extend((child, depth + 1) for child in children)
-
-
-def _too_many_digits(digits: int | None) -> str:
-    size = f"of {digits} digits" if digits is not None else "beyond 64 bits"
-    return (
-        f"Error: the arguments hold a number {size}; numbers of at most {MAX_INTEGER_DIGITS} digits "
-        "(64-bit integers) are accepted."
-    )
+        check(arguments, max_depth=MAX_ARGUMENT_DEPTH, max_int_digits=MAX_INTEGER_DIGITS)
+    except JSONLimitError as exc:
+        raise ArgumentError(f"Error: {exc}.") from None
+    return arguments
