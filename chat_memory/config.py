@@ -4,6 +4,9 @@ when built so that a bad value never surfaces mid-run."""
 from __future__ import annotations
 
 import math
+import os
+import sys
+import warnings
 from enum import Enum
 from typing import Any
 
@@ -11,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError, field_validator, mo
 from pydantic.alias_generators import to_camel
 
 from .errors import ConfigurationError
-from .strategies import strategy_class
+from .strategies import strategy_class, strategy_names
 
 
 class SummaryPlacement(str, Enum):
@@ -60,6 +63,9 @@ _AT_LEAST_ZERO = ("overlap_size", "keep_recent_tool_results")
 _NULLABLE = ("max_archived_events", "max_tool_result_tokens")
 #: Settings that are a share: greater than 0, at most 1.
 _RATIOS = ("compact_at_ratio", "compact_to_ratio")
+#: Settings some strategies declare that the engine also reads whatever the strategy (the
+#: largest event allowed; where a forced compaction's summary goes): never "ignored".
+_READ_BY_EVERY_STRATEGY = ("context_window_tokens", "summary_placement")
 
 
 class _Refusal(ValueError):
@@ -113,6 +119,33 @@ class MemoryConfig(BaseModel):
             super().__init__(**data)
         except ValidationError as exc:
             raise ConfigurationError(describe_validation_error(exc)) from None
+        for message in self.ignored_settings():
+            warnings.warn(message, UserWarning, stacklevel=_first_caller_outside_package())
+
+    def ignored_settings(self) -> list[str]:
+        """One sentence per setting given explicitly, with a value other than its default,
+        that the chosen strategy does not read (``max_turns`` with strategy ``none``); each
+        names the setting, its value, the strategy and the strategies that read it.
+
+        Building the config warns with these (a :class:`UserWarning`), never refuses: a
+        config that loaded before keeps loading. Defaults filled in by a canvas node are
+        not flagged (they equal the default)."""
+        strategy = strategy_class(self.compaction_strategy)
+        messages = []
+        for field in type(self).model_fields:
+            if field not in self.model_fields_set or field in strategy.settings or field in _READ_BY_EVERY_STRATEGY:
+                continue
+            readers = [n for n in strategy_names() if field in strategy_class(n).settings]
+            value = getattr(self, field)
+            if not readers or value == type(self).model_fields[field].default:
+                continue
+            use = (
+                f"set compaction_strategy={readers[0]!r}"
+                if len(readers) == 1
+                else "set compaction_strategy to one that reads it: " + " or ".join(repr(r) for r in readers)
+            )
+            messages.append(f"{field} ({value!r}) has no effect with compaction_strategy {strategy.name!r}; {use}")
+        return messages
 
     @classmethod
     def from_mapping(cls, data: dict[str, Any] | None) -> MemoryConfig:
@@ -174,6 +207,16 @@ class MemoryConfig(BaseModel):
         except ConfigurationError as exc:
             raise _Refusal(str(exc)) from None
         return self
+
+
+def _first_caller_outside_package() -> int:
+    """The ``stacklevel`` that points a warning at the caller's own line (``ChatMemory(store,
+    {"max_turns": 20})``) rather than at chat-memory code that built the config for it."""
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def describe_validation_error(exc: ValidationError) -> str:

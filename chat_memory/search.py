@@ -216,12 +216,22 @@ class SearchHit:
 
 @dataclass(frozen=True)
 class SearchPage:
-    """One page of search results, oldest match first."""
+    """One page of search results, oldest match first.
+
+    ``page`` counts from 0, as ``memory.search(..., page=0)`` takes it; the
+    ``conversation_search`` tool and ``chat-memory search --page`` count from 1.
+    :attr:`number` is this page as they (and a person) count it."""
 
     hits: list[SearchHit]
     page: int
     page_size: int
     total: int
+
+    @property
+    def number(self) -> int:
+        """This page counted from 1 (``page + 1``): the number the tool and the CLI show
+        ("page 1 of 3")."""
+        return self.page + 1
 
     @property
     def has_more(self) -> bool:

@@ -192,3 +192,59 @@ def test_options_before_or_after_the_command(tmp_path, capsys):
     before = capsys.readouterr().out
     assert main(["stats", "--url", url, "-c", "a"]) == 0
     assert capsys.readouterr().out == before and f"store:                 {url}" in before
+
+
+def test_memory_options_and_path_go_in_any_order(tmp_path, capsys):
+    from chat_memory.longterm import long_term_memory
+
+    url = f"sqlite:///{tmp_path}/m.db"
+    long_term_memory(url, "ada").create("/memories/notes/preferences.md", "- tea\n")
+    path = "/memories/notes/preferences.md"
+    for argv, shown in (
+        (["memory", "show", "--namespace", "ada", path], "- tea\n"),  # the documented form
+        (["memory", "show", path, "--namespace", "ada"], "- tea\n"),
+        (["memory", "--namespace", "ada", "show", path], "- tea\n"),
+        (["memory", "-n", "ada", "versions", path], "rev 1 "),
+        (["memory", "list", "-n", "ada", "/memories/notes"], path),
+    ):
+        assert main(["--url", url, *argv]) == 0, argv
+        assert shown in capsys.readouterr().out, argv
+    with pytest.raises(SystemExit) as usage_error:  # argparse's own exit for bad usage
+        main(["--url", url, "memory", "show", "--namespace", "ada", path, "extra"])
+    assert usage_error.value.code == 2
+    assert "unrecognized arguments: extra" in capsys.readouterr().err
+
+
+def test_chat_with_a_per_user_template_needs_user_and_names_it(tmp_path, capsys, monkeypatch):
+    import io
+
+    from chat_memory.longterm import long_term_memory
+
+    url = f"sqlite:///{tmp_path}/chat.db"
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.setattr("sys.stdin", io.StringIO("Remember: I prefer tea.\n"))
+    assert main(["--url", url, "--template", "remembering-chat", "chat", "-c", "c1"]) == 2
+    err = capsys.readouterr().err
+    assert "pass --user ID" in err and "memory_tool_1.namespace" in err and "userId" in err
+    assert not (tmp_path / "chat.db").exists()  # refused before anything was made
+    assert main(["--url", url, "--template", "remembering-chat", "chat", "--user", " ", "-c", "c1"]) == 2
+    assert "--user (' ') must not be blank" in capsys.readouterr().err
+
+    assert main(["--url", url, "--template", "remembering-chat", "chat", "--user", "alice", "-c", "c1"]) == 0
+    assert "user 'alice'" in capsys.readouterr().out
+    assert "tea" in long_term_memory(url, "alice").read("/memories/preferences.md")
+    assert long_term_memory(url, "bob").files() == []
+    # a template without per-user fields runs without --user, as before
+    monkeypatch.setattr("sys.stdin", io.StringIO("hello\n"))
+    assert main(["--url", url, "chat", "-c", "c2", "--scripted"]) == 0
+
+
+def test_search_pages_count_from_1_in_the_cli_and_from_0_in_the_api(tmp_path, capsys):
+    url = f"sqlite:///{tmp_path}/s.db"
+    seed(url, "c", 25)  # "question 0" … "question 24": 25 hits for "question"
+    assert main(["--url", url, "search", "question", "-c", "c", "--page", "2", "--page-size", "10", "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    with open_store(url) as store:
+        page = ChatMemory(store).search("c", "question", page=1, page_size=10)
+    assert (shown["page"], page.page, page.number, page.pages) == (2, 1, 2, 3)
+    assert [h["seq"] for h in shown["hits"]] == [h.seq for h in page.hits]

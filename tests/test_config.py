@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import pytest
 
 from chat_memory import ChatMemory, ConfigurationError, MemoryConfig, open_store
@@ -78,3 +82,60 @@ def test_config_is_immutable():
     c = MemoryConfig()
     with pytest.raises(Exception):
         c.max_turns = 0  # type: ignore[misc]
+
+
+def test_a_limit_the_strategy_ignores_warns_naming_it_and_the_strategy_to_use(recwarn):
+    config = ChatMemory(open_store("memory://"), {"max_turns": 20}).config  # docs/async.md's old example
+    assert config.max_turns == 20 and config.compaction_strategy == "none"  # kept, not refused
+    [warning] = [w for w in recwarn if issubclass(w.category, UserWarning)]
+    assert str(warning.message) == (
+        "max_turns (20) has no effect with compaction_strategy 'none'; set compaction_strategy='turn_window'"
+    )
+    assert warning.filename == __file__  # points at the caller's line, not at chat-memory's code
+
+
+@pytest.mark.parametrize(
+    "settings, ignored",
+    [
+        ({"max_events": 5, "compact_to_ratio": 0.3}, ["max_events (5)", "compact_to_ratio (0.3)"]),
+        ({"compaction_strategy": "turn_window", "max_tokens": 900}, ["max_tokens (900)"]),
+        ({"compactionStrategy": "auto_compact", "maxTurns": 4, "compactToRatio": 0.25}, ["max_turns (4)", "compact_to_ratio (0.25)"]),
+        ({"compaction_strategy": "token_count", "max_tokens": 900, "compact_to_ratio": 0.25}, []),
+        # a canvas node fills in every default: equal to the default, nothing to say
+        ({"compaction_strategy": "turn_window", "max_turns": 3, "max_events": 20, "max_tokens": 4000}, []),
+        # read by the engine whatever the strategy: never ignored
+        ({"context_window_tokens": 1000, "summary_placement": "system_prompt"}, []),
+    ],
+)
+def test_ignored_settings_lists_each_explicit_limit_the_strategy_does_not_read(settings, ignored):
+    with pytest.warns(UserWarning) if ignored else _no_user_warning():
+        config = MemoryConfig.from_mapping(settings)
+    messages = config.ignored_settings()
+    assert [m.split(" has no effect")[0] for m in messages] == ignored
+    assert all(f"compaction_strategy {config.compaction_strategy!r}" in m for m in messages)
+
+
+def test_the_readers_of_a_setting_are_named_when_several_strategies_read_it():
+    with pytest.warns(UserWarning, match="one that reads it: 'sliding_window' or 'recursive_summarization'$"):
+        MemoryConfig(max_events=5)
+
+
+def test_the_cli_compact_config_warns_about_nothing():
+    from argparse import Namespace
+
+    from chat_memory.host.cli_session import LIMIT_FLAGS, chosen_config
+
+    for strategy, limits in [("none", {}), ("turn_window", {"max_turns": 3}), ("token_count", {"max_tokens": 900})]:
+        args = Namespace(strategy=strategy, template=None, summarizer_model=None, **dict.fromkeys(LIMIT_FLAGS))
+        for name, value in limits.items():
+            setattr(args, name, value)
+        with _no_user_warning():
+            assert chosen_config(args).ignored_settings() == []
+
+
+@contextmanager
+def _no_user_warning() -> Iterator[None]:
+    """A block in which a UserWarning is an error."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        yield

@@ -1,5 +1,6 @@
-"""The adapters' README examples run as written: each is an example file under examples/,
-copied verbatim into the README, and run here."""
+"""The README's examples run as written: each is an example file under examples/, copied
+verbatim into the README, and run here twice in a row in one folder (a reader runs them
+again; the library example keeps its conversation in a SQLite file there)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = {
     "langchain_memory.py": ("langchain.agents", ["6", "archived] Our new service is code-named Bluefin.", "12"]),
     "openai_agents_session.py": ("agents", ["[{'role': 'assistant', 'content': 'It has shipped.'}]", "conversation_search"]),
+    "library_quickstart.py": ("chat_memory", []),
 }
 
 
@@ -22,13 +24,38 @@ def test_the_readme_shows_the_example_verbatim(name):
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
-def test_the_example_runs_as_written(name):
+def test_the_example_runs_as_written_twice_in_a_row(name, tmp_path):
     package, expected = EXAMPLES[name]
     pytest.importorskip(package)
-    out = subprocess.run([sys.executable, str(ROOT / "examples" / name)], capture_output=True, text=True, cwd=ROOT, timeout=120)
-    assert out.returncode == 0, out.stderr
-    for text in expected:
-        assert text in out.stdout, out.stdout
+    for run in (1, 2):
+        out = subprocess.run(
+            [sys.executable, str(ROOT / "examples" / name)], capture_output=True, text=True, cwd=tmp_path, timeout=120
+        )
+        assert out.returncode == 0, f"run {run}: {out.stderr}"
+        assert "Warning" not in out.stderr, f"run {run}: {out.stderr}"
+        for text in expected:
+            assert text in out.stdout, out.stdout
+
+
+def test_the_library_example_run_twice_continues_its_conversation(tmp_path):
+    from chat_memory import ChatMemory, open_store
+
+    for _ in range(2):
+        out = subprocess.run(
+            [sys.executable, str(ROOT / "examples" / "library_quickstart.py")],
+            capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        )
+        assert out.returncode == 0, out.stderr
+    store = open_store(f"sqlite:///{tmp_path / 'chat.db'}")
+    try:
+        history = ChatMemory(store).history("conv-1")
+    finally:
+        store.close()
+    # each run adds its exchange: user, assistant, a call with an id of its own, its result
+    assert [e.type.value for e in history] == ["user", "assistant", "tool_call", "tool_result"] * 2
+    first_call, second_call = history[2].tool_call_id, history[6].tool_call_id
+    assert first_call != second_call
+    assert (history[3].tool_call_id, history[7].tool_call_id) == (first_call, second_call)
 
 
 @pytest.mark.parametrize(

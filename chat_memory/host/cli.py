@@ -30,7 +30,7 @@ from ..tools import format_page, tool_page
 from . import cli_json
 from .cli_memory import add_memory_command, run_memory_command
 from .cli_text import say, terminal_text
-from .cli_session import DEFAULT_CONVERSATION, DEFAULT_TEMPLATE, LIMIT_FLAGS, CommandError, Session, chosen_config
+from .cli_session import DEFAULT_CONVERSATION, DEFAULT_TEMPLATE, LIMIT_FLAGS, CommandError, Session, chat_user, chosen_config
 from .demo import run_demo
 from .nodes import default_registry
 from .workflow import load_template
@@ -51,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     # The sub-commands take the same options; their defaults are suppressed so that an
     # option given before the sub-command is not reset by it.
     common = _common_options(top_level=False)
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    commands = parser.add_subparsers(
+        dest="command", metavar="COMMAND", required=True, parser_class=_IntermixedParser
+    )
 
     def command(name: str, help_text: str, json_output: bool = False) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text, parents=[common])
@@ -63,8 +65,13 @@ def build_parser() -> argparse.ArgumentParser:
     command("demo", "run the five-facts conversation of the compacting-chat template end to end").add_argument(
         "--scripted", **scripted
     )
-    command("chat", "chat interactively through the template (/quit or end of input to stop)").add_argument(
-        "--scripted", **scripted
+    chat = command("chat", "chat interactively through the template (/quit or end of input to stop)")
+    chat.add_argument("--scripted", **scripted)
+    chat.add_argument(
+        "--user",
+        metavar="ID",
+        help="the user id the trigger sends (userId); required by templates that keep memory per user, "
+        "such as remembering-chat",
     )
     listing = command("list", "list the stored conversation ids, sorted, a page at a time", json_output=True)
     listing.add_argument("--page", type=int, default=1, help="page number, 1 first (default 1)")
@@ -99,6 +106,31 @@ def build_parser() -> argparse.ArgumentParser:
     templates.add_argument("--format", choices=["langflow"], default="langflow", help="export format (needs the langflow extra)")
     add_memory_command(commands, common)
     return parser
+
+
+class _IntermixedParser(argparse.ArgumentParser):
+    """A sub-command's parser that takes its options anywhere among its positionals.
+
+    Plain argparse binds an optional positional (``memory show [PATH]``) to nothing when an
+    option comes first, so ``memory show --namespace NS PATH`` (the documented form) failed
+    with "unrecognized arguments: PATH". Intermixed parsing reads the options first, then the
+    positionals in order, whatever their places. Only parsers with such a positional need
+    it; a ``--`` (``search -- -x``) keeps the plain parsing, which honours it (the intermixed
+    one drops it between its two passes)."""
+
+    _inner = False
+
+    def parse_known_args(self, args: Any = None, namespace: Any = None) -> Any:
+        # parse_known_intermixed_args calls parse_known_args itself (twice): those calls
+        # must be the plain ones
+        optional = any(a.nargs in ("?", "*") for a in self._get_positional_actions())
+        if self._inner or not optional or (args is not None and "--" in args):
+            return super().parse_known_args(args, namespace)
+        self._inner = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._inner = False
 
 
 def _common_options(top_level: bool) -> argparse.ArgumentParser:
@@ -195,10 +227,12 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _chat(args: argparse.Namespace) -> int:
+    user = chat_user(load_template(args.template or DEFAULT_TEMPLATE), args.user)  # exit 2, nothing written
     with Session(args, writes=True) as session:
         runner = session.runner(args.scripted)
         cid = session.conversation
-        say(f"chat-memory chat: conversation {cid!r}, store {session.shown_url}; /quit or Ctrl-D to stop")
+        who = "" if user is None else f", user {user!r}"
+        say(f"chat-memory chat: conversation {cid!r}{who}, store {session.shown_url}; /quit or Ctrl-D to stop")
         if getattr(runner.client, "api_key", None) == SCRIPTED_API_KEY:
             say(f"model: {SCRIPTED_LABEL}")
         for line in sys.stdin:
@@ -206,7 +240,7 @@ def _chat(args: argparse.Namespace) -> int:
             if message in ("/quit", "/exit"):
                 break
             if message:
-                say(f"assistant: {runner.send(cid, message).reply}", flush=True)
+                say(f"assistant: {runner.send(cid, message, user_id=user).reply}", flush=True)
     return 0
 
 

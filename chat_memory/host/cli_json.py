@@ -69,7 +69,7 @@ def search_json(cid: str, query: SearchQuery, page: SearchPage, keyword: str) ->
         "conversation": cid,
         "keyword": keyword,
         "match_mode": query.match_mode.value,
-        "page": page.page + 1,  # numbered from 1, like the command's --page and the tool
+        "page": page.number,  # numbered from 1, like the command's --page and the tool
         "page_size": page.page_size,
         "total": page.total,
         "has_more": page.has_more,

@@ -17,6 +17,8 @@ from .. import AnthropicSummarizer, ChatMemory, ConfigurationError, MemoryConfig
 from ..backends import ENV_URL, check_conversation_id, default_url, prepare_sqlite_file
 from ..backends import redact_url
 from ..strategies import strategy_class, strategy_names
+from ..components.definitions import TRIGGER
+from .expressions import references
 from .runtime import ChatWorkflow
 from .workflow import Workflow, load_template
 
@@ -172,7 +174,35 @@ def chosen_config(args: argparse.Namespace) -> MemoryConfig | None:
         raise CommandError(f"compact --strategy {strategy.name} needs --summarizer-model NAME (a Claude model)", 2)
     # a one-off compaction to the limits the operator typed; compact_to_ratio's hysteresis is
     # for conversations compacting as they run (docs/prompt-caching.md)
-    return MemoryConfig(compaction_strategy=strategy.name, compact_to_ratio=1.0, **given)
+    ratio = {"compact_to_ratio": 1.0} if "compact_to_ratio" in strategy.settings else {}
+    return MemoryConfig(compaction_strategy=strategy.name, **ratio, **given)
+
+
+def user_fields(workflow: Workflow) -> list[str]:
+    """The node fields of a workflow fed by its trigger's ``userId`` output (``node.field``),
+    e.g. an Auto Memory Tool's namespace: such a template cannot run without a user id."""
+    trigger = {n.name for n in workflow.of_kind(TRIGGER)}
+    return [
+        f"{node.name}.{key}"
+        for node in workflow.all_nodes()
+        for key, value in node.parameters.items()
+        if any(ref.node in trigger and ref.path[0] == "userId" for ref in references(value))
+    ]
+
+
+def chat_user(workflow: Workflow, user: str | None) -> str | None:
+    """The ``chat --user`` id, refused when blank, and required when the template reads the
+    trigger's userId (exit 2 naming the option and the field that needs it)."""
+    if user is not None and not user.strip():
+        raise CommandError(f"--user ({user!r}) must not be blank", 2)
+    fields = user_fields(workflow)
+    if user is None and fields:
+        raise CommandError(
+            f"template {workflow.name!r} needs a user id (its field {fields[0]} is the trigger's userId): "
+            f"pass --user ID, e.g. chat-memory --template {workflow.name} chat --user alice",
+            2,
+        )
+    return user
 
 
 def _sqlite_file(url: str) -> Path | None:
