@@ -154,6 +154,7 @@ def test_a_version_1_database_gains_the_memory_tables_in_place(sqlite_url):
     import sqlalchemy as sa
 
     from chat_memory import Event, open_store
+    from chat_memory.backends.sql.schema import SCHEMA_VERSION
 
     with open_store(sqlite_url) as old:
         old.append("c", [Event.user("kept")])
@@ -168,7 +169,7 @@ def test_a_version_1_database_gains_the_memory_tables_in_place(sqlite_url):
         assert [e.content for e in store.history("c")] == ["kept"]
         with store.engine.begin() as connection:
             recorded = dict(connection.execute(sa.select(store.tables.meta.c.name, store.tables.meta.c.value)).all())
-        assert recorded["schema_version"] == "3" and "long-term memory" in recorded["migrated_to_2"]
+        assert recorded["schema_version"] == SCHEMA_VERSION and "long-term memory" in recorded["migrated_to_2"]
 
 
 def test_the_remembering_template_carries_a_preference_into_the_next_conversation(store):

@@ -103,9 +103,11 @@ class MemoryFiles(ABC):
 
     @abstractmethod
     def _commit(self, expected: Mapping[str, int | None], writes: Mapping[str, str | None]) -> bool:
-        """Atomically: if every path in ``expected`` is at that revision (None: absent) and
-        the files after ``writes`` pass :func:`~.budget.live_limits_hold` against what is
-        stored now, apply ``writes`` (None: delete) at the namespace's next revision, record
+        """Atomically: if every path in ``expected`` is at that revision (None: absent), no
+        new file of ``writes`` lies under a stored file or over one
+        (:func:`~.paths.placement_holds`: the parents a command relies on are part of its
+        swap) and the files after ``writes`` pass :func:`~.budget.live_limits_hold` against
+        what is stored now, apply ``writes`` (None: delete) at the namespace's next revision, record
         a version of each, drop the oldest versions beyond ``limits.max_versions`` and
         ``limits.max_version_bytes`` (:func:`~.budget.versions_to_keep`), and return True;
         else change nothing and return False."""
@@ -138,18 +140,20 @@ class MemoryFiles(ABC):
         return found.content
 
     def view(self, path: str = ROOT, view_range: Any = None) -> str:
-        """A directory listing (two levels deep, with sizes) or a file with line numbers."""
-        path = check_path(path)
+        """A directory listing (two levels deep, with sizes) or a file with line numbers.
+
+        Texts repeat the path as it was given (``/memories/notes/``), as the reference does."""
+        given, path = path, check_path(path)
         listing = self._listing()
         if path in listing:
             found = self._read(path)
             if found is not None:
-                return file_view(path, found.content, view_range, self.limits.max_answer_chars)
+                return file_view(given, found.content, view_range, self.limits.max_answer_chars)
             listing = self._listing()
         under = [e for e in listing.values() if is_within(e.path, path) and e.path != path]
         if not under and path != ROOT:
-            raise MemoryToolError(f"The path {path} does not exist. Please provide a valid path.")
-        return directory_view(path, under, self.limits.max_answer_chars)
+            raise MemoryToolError(f"The path {given} does not exist. Please provide a valid path.")
+        return directory_view(path, under, self.limits.max_answer_chars, shown_path=given)
 
     def versions(self, path: str) -> list[FileVersion]:
         """Every kept version of a file (deletions included), oldest first."""
@@ -159,33 +163,30 @@ class MemoryFiles(ABC):
 
     def create(self, path: str, file_text: str) -> str:
         """Create a new file (an existing one is not overwritten)."""
-        path = check_path(path)
+        given, path = path, check_path(path)
         file_text = check_text(file_text, "file_text")
 
         def attempt(listing: dict[str, FileEntry]) -> tuple[dict[str, int | None], dict[str, str | None]]:
-            if path == ROOT:
-                raise MemoryToolError(f"Cannot create a file at {ROOT}: it is the memory directory.")
-            if path in listing:
-                raise MemoryToolError(f"File {path} already exists")
+            # a file or a directory already there (the root included): the reference's O_EXCL answer
+            if path == ROOT or any(is_within(p, path) for p in listing):
+                raise MemoryToolError(f"File {given} already exists")
             self._check_placement(path, listing)
             return {path: None}, {path: file_text}
 
         self._transact(attempt, f"creating {path}")
-        return f"File created successfully at: {path}"
+        return f"File created successfully at: {given}"
 
     def str_replace(self, path: str, old_str: str, new_str: str) -> str:
         """Replace the one occurrence of ``old_str`` in a file with ``new_str``."""
-        path = check_path(path)
+        given, path = path, check_path(path)
         old_str, new_str = check_text(old_str, "old_str"), check_text(new_str, "new_str")
-        if old_str == "":
-            raise MemoryToolError("Invalid `old_str` parameter: it must not be empty.")
         result: dict[str, str] = {}
 
         def edit(content: str) -> str:
             found = find_occurrences(content, old_str)
             if found.first == -1:
                 raise MemoryToolError(
-                    f"No replacement was performed, old_str `{echo(old_str)}` did not appear verbatim in {path}."
+                    f"No replacement was performed, old_str `{echo(old_str)}` did not appear verbatim in {given}."
                 )
             if not found.unique:
                 raise MemoryToolError(
@@ -200,12 +201,12 @@ class MemoryFiles(ABC):
             result["snippet"] = numbered(shown, first + 1)
             return new_content
 
-        self._edit(path, edit)
+        self._edit(path, given, edit)
         return "The memory file has been edited. Here is the snippet showing the change (with line numbers):\n" + result["snippet"]
 
     def insert(self, path: str, insert_line: Any, insert_text: str) -> str:
         """Insert ``insert_text`` after line ``insert_line`` (0: at the top)."""
-        path = check_path(path)
+        given, path = path, check_path(path)
         insert_text = check_text(insert_text, "insert_text")
         if isinstance(insert_line, bool) or not isinstance(insert_line, int):
             raise MemoryToolError(f"Invalid `insert_line` parameter: {shown(insert_line)}. It should be an integer.")
@@ -219,40 +220,43 @@ class MemoryFiles(ABC):
                     f"Invalid `insert_line` parameter: {shown(insert_line)}. It should be within the range [0, {len(lines)}]."
                 )
             lines.insert(insert_line, insert_text.rstrip("\n"))
-            return "\n".join(lines) + "\n"
+            joined = "\n".join(lines)
+            return joined if joined.endswith("\n") else joined + "\n"
 
-        self._edit(path, edit)
-        return f"The file {path} has been edited."
+        self._edit(path, given, edit)
+        return f"The file {given} has been edited."
 
     def delete(self, path: str) -> str:
         """Delete a file, or a directory and everything under it."""
-        path = check_path(path)
+        given, path = path, check_path(path)
         if path == ROOT:
             raise MemoryToolError(f"Cannot delete the {ROOT} directory itself")
 
         def attempt(listing: dict[str, FileEntry]) -> tuple[dict[str, int | None], dict[str, str | None]]:
             doomed = [e for e in listing.values() if is_within(e.path, path)]
             if not doomed:
-                raise MemoryToolError(f"The path {path} does not exist")
+                raise MemoryToolError(f"The path {given} does not exist")
             return {e.path: e.revision for e in doomed}, {e.path: None for e in doomed}
 
         self._transact(attempt, f"deleting {path}")
-        return f"Successfully deleted {path}"
+        return f"Successfully deleted {given}"
 
     def rename(self, old_path: str, new_path: str) -> str:
         """Rename or move a file or directory; the destination must not exist."""
+        old_given, new_given = old_path, new_path
         old_path, new_path = check_path(old_path, field="old_path"), check_path(new_path, field="new_path")
         if old_path == ROOT:
             raise MemoryToolError(f"Cannot rename the {ROOT} directory itself")
-        if new_path == ROOT or is_within(new_path, old_path):
-            raise MemoryToolError(f"Cannot move {old_path} to {new_path}, inside itself.")
 
         def attempt(listing: dict[str, FileEntry]) -> tuple[dict[str, int | None], dict[str, str | None]]:
+            # the reference's order: the destination first (renaming onto itself finds it there)
+            if new_path == ROOT or any(is_within(e.path, new_path) for e in listing.values()):
+                raise MemoryToolError(f"The destination {new_given} already exists")
             moving = [e for e in listing.values() if is_within(e.path, old_path)]
             if not moving:
-                raise MemoryToolError(f"The path {old_path} does not exist")
-            if any(is_within(e.path, new_path) for e in listing.values()):
-                raise MemoryToolError(f"The destination {new_path} already exists")
+                raise MemoryToolError(f"The path {old_given} does not exist")
+            if is_within(new_path, old_path):
+                raise MemoryToolError(f"Cannot move {old_given} to {new_given}, inside itself.")
             expected: dict[str, int | None] = {}
             writes: dict[str, str | None] = {}
             remaining = {p: e for p, e in listing.items() if not is_within(p, old_path)}
@@ -267,7 +271,7 @@ class MemoryFiles(ABC):
             return expected, writes
 
         self._transact(attempt, f"renaming {old_path}")
-        return f"Successfully renamed {old_path} to {new_path}"
+        return f"Successfully renamed {old_given} to {new_given}"
 
     def restore(self, path: str, revision: int) -> str:
         """Make a kept version of a file its current content again (a new version)."""
@@ -298,12 +302,12 @@ class MemoryFiles(ABC):
 
     # -- the read-modify-write loop -------------------------------------------------------------
 
-    def _edit(self, path: str, edit: Callable[[str], str]) -> None:
+    def _edit(self, path: str, given: str, edit: Callable[[str], str]) -> None:
         def attempt(listing: dict[str, FileEntry]) -> tuple[dict[str, int | None], dict[str, str | None]]:
             if path not in listing:
-                if any(is_within(p, path) for p in listing):
-                    raise MemoryToolError(f"The path {path} is not a file.")
-                raise MemoryToolError(f"The path {path} does not exist. Please provide a valid path.")
+                if path == ROOT or any(is_within(p, path) for p in listing):  # the root is always a directory
+                    raise MemoryToolError(f"The path {given} is not a file.")
+                raise MemoryToolError(f"The path {given} does not exist. Please provide a valid path.")
             stored = self._read(path)
             if stored is None:
                 raise _Stale()

@@ -12,6 +12,7 @@ from typing import Any
 
 from .budget import live_limits_hold
 from .files import FileEntry, FileVersion, MemoryFiles, StoredFile, size_of
+from .paths import placement_holds
 
 
 @dataclass
@@ -68,6 +69,8 @@ class InMemoryFiles(MemoryFiles):
                 current = ns.files.get(path)
                 if (current.revision if current else None) != revision:
                     return False
+            if not placement_holds(ns.files, writes):
+                return False
             limits = self.limits
             sizes = {p: size_of(f.content) for p, f in ns.files.items()}
             new_sizes = {p: None if c is None else size_of(c) for p, c in writes.items()}

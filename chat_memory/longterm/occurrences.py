@@ -31,7 +31,12 @@ class Occurrences:
 
 
 def find_occurrences(content: str, old_str: str) -> Occurrences:
-    """Locate ``old_str`` (non-empty) in ``content`` with work linear in both lengths."""
+    """Locate ``old_str`` in ``content`` with work linear in both lengths."""
+    if old_str == "":
+        # the reference's reading: "" occurs once in an empty file (the replacement is new_str)
+        # and at every position of any other, so it is "not unique" there
+        if content == "":
+            return Occurrences(0, True)
     first = content.find(old_str)
     if first == -1:
         return Occurrences(-1, False)
@@ -54,6 +59,8 @@ def count_overlapping(content: str, pattern: str) -> int:
     also a suffix); without one, ``str.count`` (non-overlapping, in C) is already exact.
     With one, a Knuth-Morris-Pratt scan: repeated ``find(pattern, at + 1)`` would cost
     O(n * m) on periodic patterns like ``"aaaa"``."""
+    if pattern == "":
+        return len(content) + 1
     failure = _failure(pattern)
     if failure[-1] == 0:
         return content.count(pattern)

@@ -9,8 +9,10 @@ characters, backslashes, symlink-like names, overlong names) are
 
 from __future__ import annotations
 
+import posixpath
 import re
 import unicodedata
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ..errors import InvalidInputError
@@ -38,16 +40,26 @@ class MemoryLimitError(MemoryToolError):
 
 def check_path(path: Any, *, field: str = "path") -> str:
     """The normalised path (``/memories`` or ``/memories/a/b``, no trailing slash) if safe,
-    else :class:`MemoryPathError` naming the field and the value."""
-    if not isinstance(path, str) or not path:
+    else :class:`MemoryPathError` naming the field and the value.
+
+    Where the SDK's reference implementation refuses a path, the text is its own
+    (``Path must start with /memories, got: /etc``, ``Path /memories/.. would escape /memories
+    directory``); the path forms refused beyond it have texts of their own."""
+    if not isinstance(path, str):
         raise MemoryPathError(f"Invalid `{field}` parameter: {path!r}. It must be a path starting with {ROOT}.")
     shown = path[:80] + ("…" if len(path) > 80 else "")
     if len(path) > MAX_PATH_CHARS:
         raise MemoryPathError(f"Path {shown!r} is {len(path)} characters long; at most {MAX_PATH_CHARS} are allowed.")
-    if not (path == ROOT or path.startswith(ROOT + "/")):
-        raise MemoryPathError(f"Path must start with {ROOT}, got: {path!r}")
+    # before any text repeats the path back: control and invisible characters are never echoed
     if any(unicodedata.category(c) in ("Cc", "Cf", "Cs") for c in path):
         raise MemoryPathError(f"Path {shown!r} contains NUL, control or invisible characters, which are not allowed.")
+    if not path.startswith(ROOT):
+        raise MemoryPathError(f"Path must start with {ROOT}, got: {path}")
+    if path != ROOT and not path.startswith(ROOT + "/"):
+        # the reference reads /memoriesX as /memories/X; a typo should not name another file
+        raise MemoryPathError(f"Path must be {ROOT} or start with {ROOT}/, got: {path}")
+    if _escapes(path):
+        raise MemoryPathError(f"Path {path} would escape {ROOT} directory")
     if "\\" in path:
         raise MemoryPathError(f"Path {shown!r} contains a backslash; use / to separate names.")
     if _PERCENT_ESCAPE.search(path):
@@ -62,10 +74,18 @@ def check_path(path: Any, *, field: str = "path") -> str:
     return "/".join([ROOT, *names])
 
 
+def _escapes(path: str) -> bool:
+    """True when the path, resolved as the reference resolves it, lies outside ``/memories``."""
+    resolved = posixpath.normpath(ROOT + "/" + path[len(ROOT) :].lstrip("/"))
+    return not (resolved == ROOT or resolved.startswith(ROOT + "/"))
+
+
 def _check_name(name: str, path: str, shown: str) -> None:
     folded = unicodedata.normalize("NFKC", name)
-    if folded in (".", "..") or name in (".", ".."):
-        raise MemoryPathError(f"Path {path!r} would escape {ROOT} directory")
+    if name in (".", ".."):
+        raise MemoryPathError(f"Path {shown!r} contains a {name!r} name; name the file or directory without it.")
+    if folded in (".", ".."):
+        raise MemoryPathError(f"Path {shown!r} contains a look-alike of {folded!r} in {name!r}, which is not allowed.")
     if folded != name and any(c in folded for c in "./\\%"):
         # full-width dots, one-dot leaders and the like that some layer may fold into ".."
         raise MemoryPathError(f"Path {shown!r} contains a look-alike of '.', '/' or '\\' in {name!r}, which is not allowed.")
@@ -97,3 +117,29 @@ def check_text(value: Any, field: str) -> str:
 def is_within(path: str, directory: str) -> bool:
     """True when ``path`` is ``directory`` or lies under it (both checked paths)."""
     return path == directory or path.startswith(directory + "/")
+
+
+def placement_holds(stored: Iterable[str], writes: Mapping[str, object | None]) -> bool:
+    """True when, after ``writes`` (path -> new content, None: delete) are applied to the files
+    ``stored``, no newly written file lies under another file and no file lies under a written one:
+    no path is both a file and a directory. Stores check it inside their atomic step, so a
+    command's compare-and-swap covers the parent paths it relies on (a file created at
+    ``/memories/a`` and one at ``/memories/a/b.md`` by two racing writers cannot both land)."""
+    before = set(stored)
+    after = set(before)
+    for path, content in writes.items():
+        if content is None:
+            after.discard(path)
+        else:
+            after.add(path)
+    directories = {path[:at] for path in after for at in _slashes(path)}
+    for path, content in writes.items():
+        if content is None or path in before:  # a rewrite of a file changes no shape
+            continue
+        if path in directories or any(path[:at] in after for at in _slashes(path)):
+            return False
+    return True
+
+
+def _slashes(path: str) -> list[int]:
+    return [at for at, char in enumerate(path) if char == "/" and at > 0]

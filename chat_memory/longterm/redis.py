@@ -4,7 +4,8 @@ Keys, all tagged with the namespace's digest so they share a slot:
 ``<prefix>ltm:{<digest>}:files`` (hash: path -> ``[revision, content]``),
 ``…:rev`` (the namespace revision), ``…:log`` (list of versions, newest last, capped),
 ``…:sizes`` (hash: path -> content bytes) and ``…:logbytes`` (content bytes in the log).
-A commit is one Lua script: it checks every expected revision and the live limits, applies
+A commit is one Lua script: it checks every expected revision, the live limits and that no
+path becomes both a file and a directory, applies
 the writes and drops the oldest versions past the count and byte budgets, atomically
 (compare-and-swap per file, no WATCH round trips). A namespace written before the sizes and
 the byte counter existed gets them from its next commit."""
@@ -52,6 +53,32 @@ for _, item in ipairs(writes) do
 end
 if (after_count > max_files and after_count > count) or (after_total > max_namespace_bytes and after_total > total) then
   return -1
+end
+-- no path may be both a file and a directory: the parents a new file relies on are part of
+-- the swap (a file at a/ and one at a/b.md written by racing writers cannot both land)
+local after = {}
+for path in pairs(sizes) do after[path] = true end
+for _, item in ipairs(writes) do
+  if item[2] == cjson.null then after[item[1]] = nil else after[item[1]] = true end
+end
+local directories = {}
+for path in pairs(after) do
+  local at = string.find(path, '/', 2, true)
+  while at do
+    directories[string.sub(path, 1, at - 1)] = true
+    at = string.find(path, '/', at + 1, true)
+  end
+end
+for _, item in ipairs(writes) do
+  local path = item[1]
+  if item[2] ~= cjson.null and not sizes[path] then
+    if directories[path] then return 0 end
+    local at = string.find(path, '/', 2, true)
+    while at do
+      if after[string.sub(path, 1, at - 1)] then return 0 end
+      at = string.find(path, '/', at + 1, true)
+    end
+  end
 end
 -- content bytes of the kept versions: a counter, counted once (newest first, within the
 -- budgets, the rest dropped) for a namespace written before it existed

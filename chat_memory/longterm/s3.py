@@ -22,6 +22,7 @@ from typing import Any
 from ..backends.s3.client import is_conflict, is_missing
 from .budget import live_limits_hold, versions_to_keep
 from .files import FileEntry, FileVersion, MemoryFiles, StoredFile
+from .paths import placement_holds
 
 
 class S3Files(MemoryFiles):
@@ -65,6 +66,8 @@ class S3Files(MemoryFiles):
         head, etag = self._head()
         files: dict[str, list[Any]] = head["files"]
         if any((files[p][0] if p in files else None) != rev for p, rev in expected.items()):
+            return False
+        if not placement_holds(files, writes):
             return False
         limits = self.limits
         new_sizes = {p: None if c is None else len(c.encode("utf-8")) for p, c in writes.items()}

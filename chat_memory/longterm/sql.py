@@ -18,6 +18,7 @@ import sqlalchemy as sa
 from ..backends.sql.store import SQLStore
 from .budget import live_limits_hold, versions_to_keep
 from .files import FileEntry, FileVersion, MemoryFiles, StoredFile, size_of
+from .paths import placement_holds
 
 
 def _key(text: str) -> str:
@@ -72,10 +73,12 @@ class SQLFiles(MemoryFiles):
                     revision = 0
                 keys = {path: _key(path) for path in {*expected, *writes}}
                 stored = connection.execute(
-                    sa.select(f.c.path_key, f.c.revision, f.c.size).where(f.c.namespace_key == self._ns_key)
+                    sa.select(f.c.path_key, f.c.path, f.c.revision, f.c.size).where(f.c.namespace_key == self._ns_key)
                 ).all()
                 current = {row.path_key: row.revision for row in stored}
                 if any(current.get(keys[path]) != rev for path, rev in expected.items()):
+                    return False
+                if not placement_holds((row.path for row in stored), writes):
                     return False
                 sizes = {row.path_key: row.size for row in stored}
                 new_sizes = {keys[p]: None if c is None else size_of(c) for p, c in writes.items()}

@@ -53,20 +53,18 @@ def file_view(path: str, content: str, view_range: Any, max_chars: int = 120_000
         raise MemoryToolError(f"File {path} exceeds maximum line limit of 999,999 lines.")
     start = 1
     if view_range is not None:
-        if (
-            not isinstance(view_range, (list, tuple))
-            or len(view_range) != 2
-            or not all(isinstance(n, int) and not isinstance(n, bool) for n in view_range)
-        ):
+        if not isinstance(view_range, (list, tuple)):
             raise MemoryToolError(f"Invalid `view_range` parameter: {shown(view_range)}. It should be a list of two integers.")
-        first, last = view_range
-        if first < 1 or first > max(len(lines), 1) or (last != -1 and last < first):
-            raise MemoryToolError(
-                f"Invalid `view_range` parameter: {shown(list(view_range))}. Its first element should be within the range "
-                f"[1, {len(lines)}] and its second -1 or at least the first."
-            )
-        start = first
-        lines = lines[first - 1 :] if last == -1 else lines[first - 1 : last]
+        # as the reference reads it: a pair [first, last], first below 1 read as 1, last -1 for
+        # the end and otherwise a Python slice end; any other length shows the whole file
+        if len(view_range) == 2:
+            if not all(isinstance(n, int) and not isinstance(n, bool) for n in view_range):
+                raise MemoryToolError(
+                    f"Invalid `view_range` parameter: {shown(list(view_range))}. It should be a list of two integers."
+                )
+            first, last = view_range
+            start = max(1, first)
+            lines = lines[start - 1 : len(lines) if last == -1 else last]
     header = f"Here's the content of {path} with line numbers:\n"
     room = max_chars - len(header) - _NOTE_ROOM
     out: list[str] = []
@@ -88,23 +86,34 @@ def file_view(path: str, content: str, view_range: Any, max_chars: int = 120_000
         used += len(row) + 1
     return header + "\n".join(out)
 
-def directory_view(path: str, under: list[FileEntry], max_chars: int = 120_000) -> str:
+def directory_view(path: str, under: list[FileEntry], max_chars: int = 120_000, shown_path: str | None = None) -> str:
     """A directory as the memory tool shows it: its files and directories two levels deep,
-    each with its size (a directory's is the total of the files under it), at most
-    ``max_chars`` characters."""
-    rows: dict[str, int] = {}
+    hidden ones (a name starting with ``.``) left out, each directory followed by what it
+    holds, names in order; each row with its size (a directory's is the total of the files
+    under it), at most ``max_chars`` characters. ``shown_path`` is the path as the model wrote
+    it (``/memories/notes/``), repeated in the rows as the reference repeats it."""
+    shown_path = path if shown_path is None else shown_path
+    rows: dict[tuple[str, ...], int] = {}
     for entry in under:
         parts = entry.path[len(path) + 1 :].split("/")
         for depth in range(1, min(len(parts), 2) + 1):
-            name = "/".join(parts[:depth]) + ("/" if depth < len(parts) else "")
-            rows[name] = rows.get(name, 0) + entry.size
+            if parts[depth - 1].startswith("."):
+                break
+            key = tuple(parts[:depth])
+            rows[key] = rows.get(key, 0) + entry.size
+    directories: set[tuple[str, ...]] = set()  # rows with something under them end in "/"
+    for entry in under:
+        parts = entry.path[len(path) + 1 :].split("/")
+        directories.update(tuple(parts[:depth]) for depth in range(1, min(len(parts) - 1, 2) + 1))
     total = sum(e.size for e in under)
-    lines = [f"{format_size(total)}\t{path}"]
-    header = f"Here're the files and directories up to 2 levels deep in {path}, excluding hidden items:\n"
+    lines = [f"{format_size(total)}\t{shown_path}"]
+    header = f"Here're the files and directories up to 2 levels deep in {shown_path}, excluding hidden items:\n"
     used = len(header) + len(lines[0]) + _NOTE_ROOM
+    # a directory's rows right after it, siblings by name: the reference's walk, name by name
     ordered = sorted(rows.items())
-    for shown_rows, (name, size) in enumerate(ordered):
-        row = f"{format_size(size)}\t{path}/{name}"
+    for shown_rows, (key, size) in enumerate(ordered):
+        name = "/".join(key) + ("/" if key in directories else "")
+        row = f"{format_size(size)}\t{shown_path}/{name}"
         if used + len(row) + 1 > max_chars:
             return header + "\n".join(lines) + (
                 f"\n(Cut: {shown_rows} of {len(ordered)} entries shown; at most {max_chars} characters are shown in "
