@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -31,3 +32,11 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory):
     server = start_redis(root=tmp_path_factory.mktemp("redis"))
     yield server.url
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def exported() -> dict[str, dict[str, Any]]:
+    """Each template as the command line exports it (exported once per test run)."""
+    from flows import cli_export
+
+    return {name: cli_export(name) for name in ("compacting-chat", "remembering-chat")}

@@ -28,14 +28,16 @@ def _check(replies: list[str]) -> None:
     assert "conversation_search" in replies[2] and "K-7781" in replies[2], replies[2]
 
 
-def test_cli_export_matches_exporter(tmp_path: Path) -> None:
-    out = subprocess.run([sys.executable, "-m", "chat_memory.host.cli", "templates", "export", "compacting-chat",
-                          "--format", "langflow"], capture_output=True, text=True, check=True).stdout
-    flow = json.loads(out)
+def test_cli_export_matches_exporter(exported: dict) -> None:
+    from chat_memory.integrations.langflow.export import export_langflow
+
+    flow = exported["compacting-chat"]
     assert [n["data"]["type"] for n in flow["data"]["nodes"]] == [
         "ChatInput", "ChatMemoryAgent", "chatMemory", "ChatMemoryScriptedModel", "ChatOutput"]
     memory = next(n for n in flow["data"]["nodes"] if n["data"]["type"] == "chatMemory")["data"]["node"]["template"]
     assert memory["maxTurns"]["value"] == 3 and memory["compactionStrategy"]["value"] == "turn_window"
+    ours = next(n for n in export_langflow("compacting-chat")["data"]["nodes"] if n["data"]["type"] == "chatMemory")
+    assert memory == ours["data"]["node"]["template"]  # the command line is the exporter
 
 
 def test_in_process_sqlite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

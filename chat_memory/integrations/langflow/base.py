@@ -4,6 +4,7 @@ and three outputs (the LangChain history, the rendered window, ``conversation_se
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -19,7 +20,7 @@ from ...engine import ChatMemory
 from ..langchain import ChatMemoryHistory
 from ..langchain.convert import message_text
 from ..langchain.tools import as_langchain_tool
-from .fields import controlling_fields, field_value, input_for, shown
+from .fields import applicable, canvas_field_order, controlling_fields, field_value, input_for, shown
 
 _STORES: dict[str, Store] = {}
 _STORES_LOCK = threading.Lock()
@@ -27,8 +28,9 @@ _STORES_LOCK = threading.Lock()
 
 def shared_store(url: str | None, options: dict[str, Any]) -> Store:
     """The process's one store for these settings: an in-memory store survives between the
-    messages of a running Langflow server (each message builds the components anew)."""
-    key = repr((url, sorted(options.items())))
+    messages of a running Langflow server (each message builds the components anew). The
+    built-in store (URL None) is the one ``CHAT_MEMORY_URL`` names now."""
+    key = repr((url or ("builtin", os.environ.get("CHAT_MEMORY_URL")), sorted(options.items())))
     with _STORES_LOCK:
         if key not in _STORES:
             _STORES[key] = open_store(url, **options)
@@ -65,14 +67,22 @@ class ChatMemoryComponent(LCChatMemoryComponent):
         # lfx's base requires an output literally named build_message_history; ours is "memory"
         return None
 
+    def _get_field_order(self) -> list[str]:
+        # the canvas's order is the inputs' order (the node definition's), see canvas_field_order
+        return canvas_field_order(super()._get_field_order())
+
     def parameters(self) -> dict[str, Any]:
         """The node's parameters from the component's values (unset ones left to defaults;
-        an empty Conversation ID is the run's session id)."""
+        an empty Conversation ID is the run's session id). Every field's value arrives, hidden
+        or shown (``override_skip``); those the settings do not use (``showIf`` false for these
+        values, e.g. Max turns under a sliding window) are left out, whatever the stored
+        ``show`` flag says."""
         params = {}
         for spec in self.definition().fields:
             value = field_value(spec, getattr(self, spec.name, None))
             if value is not None:
                 params[spec.name] = value
+        params = applicable(self.definition(), params)
         if not str(params.get("conversationId", "")).strip():
             params["conversationId"] = self._run_session_id()
         return params

@@ -4,7 +4,21 @@ and the canvas nodes come from the same declarations.
 
 Connection URLs may carry a password, so they are secret inputs (:data:`SECRET_FIELDS`):
 masked on the canvas, and able to take a Langflow global variable (Credential type: stored
-encrypted by Langflow, the flow JSON holds only its name) instead of the URL itself."""
+encrypted by Langflow, the flow JSON holds only its name) instead of the URL itself.
+
+Two Langflow behaviours shape these inputs (lfx 1.13):
+
+- At run time lfx drops every field whose ``show`` is false and the component gets the class
+  default instead (``ParameterHandler.should_skip_field``), so a value set while the field
+  was hidden, or a flow saved with a stale ``show`` flag, would be lost. Fields that a
+  ``showIf`` can hide are ``override_skip`` inputs (lfx's own "persist to runtime" flag):
+  their value always reaches the component, which then decides by ``showIf`` itself whether
+  the field applies (:func:`applicable`), never by the stored ``show`` flag.
+- The canvas orders fields by ``field_order``, but looks each field up in lowercase
+  (``sortFields`` in Langflow's frontend, ``src/frontend/src/CustomNodes/utils/sort-fields.tsx``):
+  camelCase names are never found and fall back to alphabetical order.
+  :func:`canvas_field_order` lists each name and its lowercase form, so both the canvas and
+  lfx's exact-name lookups see the order a user fills the fields in."""
 
 from __future__ import annotations
 
@@ -34,9 +48,11 @@ def controlling_fields(definition: NodeDefinition) -> set[str]:
     return {key for spec in definition.fields for key in (spec.show_if or {})}
 
 
-def input_for(spec: FieldSpec, refresh: bool, show: bool = True) -> Any:
+def input_for(spec: FieldSpec, refresh: bool, show: bool = True, secret: bool | None = None) -> Any:
     """The Langflow input of one field. A nullable integer without a default is a text box
-    (empty: no value), since Langflow's integer box has no empty state."""
+    (empty: no value), since Langflow's integer box has no empty state. A field a ``showIf``
+    can hide is ``override_skip``: its value reaches the component even while hidden.
+    ``secret`` (default: the name is in :data:`SECRET_FIELDS`) makes it a password input."""
     common: dict[str, Any] = {
         "name": spec.name,
         "display_name": spec.label,
@@ -46,6 +62,7 @@ def input_for(spec: FieldSpec, refresh: bool, show: bool = True) -> Any:
         "dynamic": spec.show_if is not None,
         "real_time_refresh": refresh,
         "show": show,
+        "override_skip": spec.show_if is not None,
     }
     if spec.placeholder:
         common["placeholder"] = spec.placeholder
@@ -59,7 +76,7 @@ def input_for(spec: FieldSpec, refresh: bool, show: bool = True) -> Any:
         return IntInput(value=default, **common)
     if "number" in types:
         return FloatInput(value=default, **common)
-    if spec.name in SECRET_FIELDS:
+    if spec.name in SECRET_FIELDS if secret is None else secret:
         return secret_input(spec, common)
     if spec.name == "conversationId":
         # takes Chat Input's session id as a wire; empty: the run's session id
@@ -101,3 +118,21 @@ def shown(definition: NodeDefinition, values: Mapping[str, Any]) -> dict[str, bo
     """For every field, whether it shows for these values (defaults filled in): our ``showIf``."""
     filled = {**definition.defaults(), **{k: v for k, v in values.items() if v is not None}}
     return {spec.name: spec.is_shown(filled) for spec in definition.fields}
+
+
+def applicable(definition: NodeDefinition, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The values of the fields that apply to these values (their ``showIf`` holds): a field
+    hidden by the strategy (or a switch) is one its settings do not use, so its value, which
+    reaches the component anyway (``override_skip``), is left to the default."""
+    visible = shown(definition, values)
+    return {name: value for name, value in values.items() if visible.get(name, True)}
+
+
+def canvas_field_order(names: list[str]) -> list[str]:
+    """``field_order`` for these input names (in the order a user fills them in): each name
+    followed by its lowercase form when that differs, because Langflow's canvas looks fields
+    up in lowercase while lfx matches names exactly; each sees the same order."""
+    order: list[str] = []
+    for name in names:
+        order += [name] if name == name.lower() else [name, name.lower()]
+    return order
