@@ -59,7 +59,7 @@ class AsyncChatMemory:
         """:meth:`ChatMemory.add <chat_memory.ChatMemory.add>`: append atomically and in
         order, idempotent per event id, tool pairs checked, compaction when a limit is
         exceeded (a failing compaction does not fail the append)."""
-        lean = callable(getattr(self.store, "append_without_window", None))
+        lean = all(callable(getattr(self.store, name, None)) for name in ("append_without_window", "find_events"))
         return await arun(self._core.add(conversation_id, events, self.store.compacts_while_appending, lean), self.store)
 
     async def compact(self, conversation_id: str, force: bool = False) -> CompactionResult:

@@ -72,11 +72,13 @@ class MemoryCore:
     ) -> Steps[list[Event]]:
         """Validate, append, and compact when the strategy's limit is exceeded (see ChatMemory.add).
 
-        ``appends_without_window``: the store has ``append_without_window`` (the stored copies
-        of the batch, without reading the window). A strategy that never compacts then needs
-        nothing else, so its append costs the batch, not the conversation's length."""
+        ``appends_without_window``: the store has the
+        :class:`~chat_memory.backends.base.AppendsWithoutWindow` ability (``append_without_window``
+        and ``find_events``, by index). The tool-pair check then looks the batch's ids up
+        instead of reading the window, and a strategy that never compacts needs nothing else,
+        so its append costs the batch, not the conversation's length."""
         cid = check_conversation_id(conversation_id)
-        batch = yield from self._prepare(cid, events)
+        batch = yield from self._prepare(cid, events, appends_without_window)
         if not batch:
             return []
         if not self.strategy.compacts and appends_without_window:
@@ -162,7 +164,7 @@ class MemoryCore:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _prepare(self, cid: str, events: Event | Iterable[Event]) -> Steps[list[Event]]:
+    def _prepare(self, cid: str, events: Event | Iterable[Event], finds_events: bool = False) -> Steps[list[Event]]:
         if isinstance(events, Event):
             batch = [events]
         elif isinstance(events, Iterable):
@@ -194,7 +196,7 @@ class MemoryCore:
                         f"events[{i}] and events[{j}] are system events with the same pin key ({pin_key(event)!r}): "
                         "the later would supersede the earlier at once; add one of them"
                     )
-        tool_names = yield from self._check_tool_events(cid, batch)
+        tool_names = yield from self._check_tool_events(cid, batch, finds_events)
         batch = [_named_after_call(e, tool_names) for e in batch]
         return [self._sized(i, e) for i, e in enumerate(batch)]
 
@@ -216,23 +218,38 @@ class MemoryCore:
             )
         return event.model_copy(update={"seq": None, "archived": False, "tokens": tokens})
 
-    def _check_tool_events(self, cid: str, batch: list[Event]) -> Steps[dict[str, str | None]]:
-        """Tool pairing, checked against one window read (and only when the list holds tool
-        events): a call's id is new to the window; a result answers a call earlier in the
-        list, in the window or, only when neither has it, in the archive (one
-        :meth:`Store.find_tool_events` lookup for all such results), and that call has no
-        result yet. Events already in the window (a retry) are skipped: they are not stored
-        again. A check against a read, not inside the write: two writers racing to add
-        different events for one call id are not both caught (a retry is: by id).
+    def _check_tool_events(self, cid: str, batch: list[Event], finds_events: bool = False) -> Steps[dict[str, str | None]]:
+        """Tool pairing (checked only when the list holds tool events): a call's id is new to
+        the window; a result answers a call earlier in the list, in the window or, only when
+        neither has it, in the archive, and that call has no result yet. Events already in
+        the window (a retry) are skipped: they are not stored again. A check against a read,
+        not inside the write: two writers racing to add different events for one call id are
+        not both caught (a retry is: by id).
+
+        What it reads: with ``finds_events`` (the store looks ids up by index), one
+        ``find_events`` call for the list's tool event ids and call ids, window and archive
+        at once, costing the list, not the conversation; otherwise one window read, plus one
+        :meth:`Store.find_tool_events` lookup for the results whose call is in neither the
+        list nor the window.
 
         Returns the tool name of each call the list's results answer (by call id), so that a
         result without a name can take its call's."""
-        if not any(e.type in _TOOL_TYPES for e in batch):
+        tool_batch = [e for e in batch if e.type in _TOOL_TYPES]
+        if not tool_batch:
             return {}
-        window = (yield from call("load", cid)).window
-        stored_ids = {e.id for e in (*window.pinned, *window.active)}
-        calls = {e.tool_call_id: e for e in window.active if e.type is EventType.TOOL_CALL}
-        results = {e.tool_call_id: e for e in window.active if e.type is EventType.TOOL_RESULT}
+        archived: list[Event] | None = None
+        if finds_events:
+            call_ids = list(dict.fromkeys(e.tool_call_id for e in tool_batch if e.tool_call_id))
+            found: list[Event] = yield from call("find_events", cid, [e.id for e in tool_batch], call_ids)
+            stored_ids = {e.id for e in found if not e.archived}
+            in_window = [e for e in found if not e.archived and e.type in _TOOL_TYPES]
+            archived = [e for e in found if e.archived and e.type in _TOOL_TYPES]
+        else:
+            window = (yield from call("load", cid)).window
+            stored_ids = {e.id for e in (*window.pinned, *window.active)}
+            in_window = [e for e in window.active if e.type in _TOOL_TYPES]
+        calls = {e.tool_call_id: e for e in in_window if e.type is EventType.TOOL_CALL}
+        results = {e.tool_call_id: e for e in in_window if e.type is EventType.TOOL_RESULT}
         batch_calls: dict[str | None, int] = {}
         batch_results: dict[str | None, int] = {}
         unresolved: dict[str, int] = {}
@@ -270,9 +287,11 @@ class MemoryCore:
         names.update({e.tool_call_id: e.tool_name for e in batch if e.type is EventType.TOOL_CALL and e.tool_call_id})
         if not unresolved:
             return names
-        found = yield from call("find_tool_events", cid, list(unresolved))
+        if archived is None:
+            archived = yield from call("find_tool_events", cid, list(unresolved))
         for call_id, i in unresolved.items():
-            matches = [e for e in found if e.tool_call_id == call_id]
+            # (the window holds no event of an unresolved call id: these are archived ones)
+            matches = [e for e in archived if e.tool_call_id == call_id]
             answered = next((e for e in matches if e.type is EventType.TOOL_RESULT), None)
             if answered is not None:
                 raise _answered_already(i, call_id, cid, answered)

@@ -59,7 +59,7 @@ class ChatMemory:
         the conversation (earlier in the list, in the window, or archived) and has no
         result yet. See docs/tool-pairs.md."""
         compacting = isinstance(self.store, CompactsWhileAppending)
-        lean = callable(getattr(self.store, "append_without_window", None))
+        lean = all(callable(getattr(self.store, name, None)) for name in ("append_without_window", "find_events"))
         return run(self._core.add(conversation_id, events, compacting, lean), self.store)
 
     def compact(self, conversation_id: str, force: bool = False) -> CompactionResult:

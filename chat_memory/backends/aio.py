@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from ..errors import ConfigurationError
 from ..events import Event
 from ..search import SearchQuery, SearchResult
-from .base import CompactionPlan, CompactsWhileAppending, Snapshot, Store, wrap_driver_errors
+from .base import AppendsWithoutWindow, CompactionPlan, CompactsWhileAppending, Snapshot, Store, wrap_driver_errors
 
 #: Worker threads of a :class:`ThreadedStore` unless told otherwise: enough to keep a
 #: connection pool busy, few enough that 1,000 waiting conversations queue instead of
@@ -153,6 +153,10 @@ class ThreadedStore(AsyncStore):
         self.store = store
         self.max_workers = max_workers
         self.compacts_while_appending = isinstance(store, CompactsWhileAppending)
+        if isinstance(store, AppendsWithoutWindow):
+            # only then: the engine takes the lean path when it finds these methods
+            self.append_without_window = functools.partial(self._run, "append_without_window")
+            self.find_events = functools.partial(self._run, "find_events")
         self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="chat-memory")
         self._closed = False
 

@@ -38,6 +38,7 @@ __all__ = [
     "MAX_CONVERSATION_ID_LENGTH",
     "Backoff",
     "CompactionPlan",
+    "AppendsWithoutWindow",
     "CompactsWhileAppending",
     "ConnectionField",
     "Snapshot",
@@ -157,6 +158,8 @@ class Store(ABC):
         "apply",
         "history",
         "find_tool_events",
+        "append_without_window",
+        "find_events",
         "search",
         "record_compaction_error",
         "compactions",
@@ -227,10 +230,10 @@ class Store(ABC):
         """Stored tool calls and results (archived ones included) whose ``tool_call_id`` is
         one of ``tool_call_ids``, oldest first.
 
-        The engine calls this only off the hot path: for a tool result whose call is neither
-        in the same ``add()`` nor in the window (a late result of an archived call). This
-        default reads the whole history; stores that can look the ids up in place (SQL, in
-        memory) override it."""
+        The engine calls this for a tool result whose call is neither in the same ``add()``
+        nor in the window (a late result of an archived call) on a store without
+        :class:`AppendsWithoutWindow`, and for ``fetch_tool_result``. This default reads the
+        whole history; stores that look the ids up by index (in memory, SQL, Redis) override it."""
         return tool_events(self.history(conversation_id), tool_call_ids)
 
     @abstractmethod
@@ -283,3 +286,28 @@ class CompactsWhileAppending(ABC):
         """Append like :meth:`Store.append`; then call ``planner`` with the snapshot right
         after the append and, if it returns a plan, apply it in the same atomic write.
         Returns that snapshot (before compaction) and whether a plan was applied."""
+
+
+class AppendsWithoutWindow(ABC):
+    """Optional ability of a store: an append, and the look-ups the engine's checks of an
+    ``add()`` need, that cost the batch, not the conversation's length (indexes by event id
+    and by ``tool_call_id`` instead of reading the window).
+
+    The engine calls :meth:`find_events` for the tool-pair check of every ``add()`` holding
+    tool events, and :meth:`append_without_window` instead of :meth:`Store.append` for a
+    strategy that never compacts. A store with this ability also looks
+    :meth:`Store.find_tool_events` up by index. Async stores offer the same two methods as
+    coroutines (the engine finds them by name)."""
+
+    @abstractmethod
+    def append_without_window(self, conversation_id: str, events: Sequence[Event]) -> list[Event]:
+        """Append like :meth:`Store.append` (atomic, in order, idempotent per event id against
+        the window) and return the stored copy of each of ``events``, in order: the one just
+        stored or, for an event whose id was in the window already, the one stored before."""
+
+    @abstractmethod
+    def find_events(self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]) -> list[Event]:
+        """The stored events a tool-pair check needs, oldest first, each once: the pinned and
+        active events whose ``id`` is one of ``event_ids`` (never archived ones, never the
+        summary), and the tool calls and results, archived ones included (marked so), whose
+        ``tool_call_id`` is one of ``tool_call_ids``."""

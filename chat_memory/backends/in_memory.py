@@ -11,10 +11,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import ConfigurationError
-from ..events import Event, Window
+from ..events import Event, EventType, Window
 from ..pins import superseded
 from ..search import SearchQuery, SearchResult, search_events
 from .base import (
+    AppendsWithoutWindow,
     CompactionPlan,
     CompactsWhileAppending,
     Snapshot,
@@ -39,10 +40,44 @@ class _Conversation:
     archive: deque[Event] = field(default_factory=deque)
     compaction_error: str | None = None
     compactions: deque[dict[str, Any]] = field(default_factory=deque)
+    # indexes, so that an add costs its batch: the window's events by id; every stored tool
+    # event (its current copy, archived or not) by seq, and the seqs of each tool_call_id
+    by_id: dict[str, Event] = field(default_factory=dict)
+    tools: dict[int, Event] = field(default_factory=dict)
+    calls: dict[str, list[int]] = field(default_factory=dict)
+
+    def index(self, stored: list[Event]) -> None:
+        """Index events just appended (numbered, in the window)."""
+        for event in stored:
+            self.by_id[event.id] = event
+            if event.type in _TOOL_TYPES and event.seq is not None and event.tool_call_id is not None:
+                self.tools[event.seq] = event
+                self.calls.setdefault(event.tool_call_id, []).append(event.seq)
+
+    def archived(self, moved: list[Event]) -> None:
+        """Events that left the window for the archive (their archived copies)."""
+        for event in moved:
+            if self.by_id.get(event.id) is not None and self.by_id[event.id].seq == event.seq:
+                del self.by_id[event.id]
+            if event.seq in self.tools:
+                self.tools[event.seq] = event
+
+    def dropped(self, event: Event) -> None:
+        """An archived event the archive cap deleted."""
+        if self.tools.pop(event.seq or 0, None) is not None and event.tool_call_id in self.calls:
+            seqs = self.calls[event.tool_call_id]
+            seqs.remove(event.seq or 0)
+            if not seqs:
+                del self.calls[event.tool_call_id]
 
 
-class InMemoryStore(CompactsWhileAppending, Store):
-    """Keeps conversations in a dict guarded by one lock. ``memory://`` URLs open a fresh one."""
+_TOOL_TYPES = (EventType.TOOL_CALL, EventType.TOOL_RESULT)
+
+
+class InMemoryStore(AppendsWithoutWindow, CompactsWhileAppending, Store):
+    """Keeps conversations in a dict guarded by one lock. ``memory://`` URLs open a fresh one.
+    Dict indexes (window events by id, tool events by ``tool_call_id``) make
+    :meth:`append_without_window` and :meth:`find_events` cost the batch, not the conversation."""
 
     schemes = ("memory",)
     url_options = (StoreOption("max_archived_events", int, minimum=0, nullable=True),)
@@ -93,18 +128,35 @@ class InMemoryStore(CompactsWhileAppending, Store):
         cid = check_conversation_id(conversation_id)
         with self._lock:
             conv = self._conversations.setdefault(cid, _Conversation())
-            fresh = unstored(events, (*conv.pinned, *conv.active))
-            if events and not fresh:
-                return self._snapshot(cid, conv)
-            numbered = number(fresh, conv.last_seq)
-            pinned, real = split_appended(numbered)
-            conv.pinned.extend(pinned)
-            if pinned:
-                self._unpin_superseded(conv)
-            conv.active.extend(real)
-            conv.last_seq += len(numbered)
-            conv.version += 1
+            self._append(conv, events)
             return self._snapshot(cid, conv)
+
+    def append_without_window(self, conversation_id: str, events: Sequence[Event]) -> list[Event]:
+        """Append like :meth:`append`; the stored copy of each of ``events``, found by id."""
+        cid = check_conversation_id(conversation_id)
+        with self._lock:
+            conv = self._conversations.setdefault(cid, _Conversation())
+            before = {e.id: conv.by_id[e.id] for e in events if e.id in conv.by_id}
+            stored = {e.id: e for e in self._append(conv, events)}
+            return [before.get(e.id) or stored[e.id] for e in events]
+
+    def _append(self, conv: _Conversation, events: Sequence[Event]) -> list[Event]:
+        """Store the events whose id is not in the window (see :func:`unstored`); returns
+        their numbered copies. Every event stored already: nothing is written (an empty list
+        still bumps the version, as on every store)."""
+        fresh = [e for e in unstored(events, ()) if e.id not in conv.by_id]
+        if events and not fresh:
+            return []
+        numbered = number(fresh, conv.last_seq)
+        pinned, real = split_appended(numbered)
+        conv.pinned.extend(pinned)
+        conv.index(numbered)
+        if pinned:
+            self._unpin_superseded(conv)
+        conv.active.extend(real)
+        conv.last_seq += len(numbered)
+        conv.version += 1
+        return numbered
 
     @staticmethod
     def _unpin_superseded(conv: _Conversation) -> None:
@@ -112,7 +164,9 @@ class InMemoryStore(CompactsWhileAppending, Store):
         if gone:
             seqs = {e.seq for e in gone}
             conv.pinned = [e for e in conv.pinned if e.seq not in seqs]
-            conv.archive = deque(sorted([*conv.archive, *map(archived_copy, gone)], key=lambda e: e.seq or 0))
+            moved = list(map(archived_copy, gone))
+            conv.archived(moved)
+            conv.archive = deque(sorted([*conv.archive, *moved], key=lambda e: e.seq or 0))
 
     def append_compacting(
         self, conversation_id: str, events: Sequence[Event], planner: Callable[[Snapshot], CompactionPlan | None]
@@ -131,6 +185,7 @@ class InMemoryStore(CompactsWhileAppending, Store):
             moved = []
             while conv.active and (conv.active[0].seq or 0) <= plan.archive_through_seq:
                 moved.append(archived_copy(conv.active.popleft()))
+            conv.archived(moved)
             if moved and conv.archive and (conv.archive[-1].seq or 0) > (moved[0].seq or 0):
                 # a pin superseded after these events were written sits later in the archive:
                 # keep it in seq order, so the cap below drops the oldest, as every store does
@@ -147,7 +202,7 @@ class InMemoryStore(CompactsWhileAppending, Store):
             cap = self.archive_cap(plan)
             if cap is not None:
                 while len(conv.archive) > cap:
-                    conv.archive.popleft()
+                    conv.dropped(conv.archive.popleft())
             if plan.record is not None:
                 conv.compactions.append(json.loads(json.dumps(plan.record)))  # stored as JSON, like elsewhere
                 while len(conv.compactions) > self.compaction_records_kept:
@@ -174,14 +229,19 @@ class InMemoryStore(CompactsWhileAppending, Store):
         return sorted(everything, key=lambda e: e.seq or 0)
 
     def find_tool_events(self, conversation_id: str, tool_call_ids: Collection[str]) -> list[Event]:
+        """By the ``tool_call_id`` index: the events of the ids asked for, nothing else."""
+        return self.find_events(conversation_id, (), tool_call_ids)
+
+    def find_events(self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]) -> list[Event]:
         cid = check_conversation_id(conversation_id)
-        wanted = set(tool_call_ids)
         with self._lock:
             conv = self._conversations.get(cid)
             if conv is None:
                 return []
-            found = [e for e in (*conv.archive, *conv.active) if e.tool_call_id in wanted and e.is_real]
-        return sorted(found, key=lambda e: e.seq or 0)
+            found = {e.seq: e for e in (conv.by_id.get(i) for i in set(event_ids)) if e is not None}
+            for call_id in set(tool_call_ids):
+                found.update((seq, conv.tools[seq]) for seq in conv.calls.get(call_id, ()))
+        return sorted(found.values(), key=lambda e: e.seq or 0)
 
     def search(self, conversation_id: str, query: SearchQuery) -> SearchResult:
         return search_events(self.history(conversation_id), query)

@@ -31,7 +31,7 @@ a turn costs no extra round trip.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -39,7 +39,7 @@ from ..errors import StorageError
 from ..events import Event
 from ..search import SearchQuery, SearchResult
 from ..steps import Steps, run
-from .base import CompactionPlan, ConnectionField, Snapshot, Store, StoreNode, wrap_driver_errors
+from .base import AppendsWithoutWindow, CompactionPlan, ConnectionField, Snapshot, Store, StoreNode, wrap_driver_errors
 from .migrations import Migration
 from .redis_layout import (
     DEFAULT_MAX_ARCHIVED_EVENTS,
@@ -92,7 +92,7 @@ def _driver() -> Any:
     return driver()
 
 
-class RedisStore(RedisLayout, Store):
+class RedisStore(RedisLayout, AppendsWithoutWindow, Store):
     """Conversations in Redis (``redis://``, ``rediss://``) or Redis Cluster
     (``redis+cluster://host:port``).
 
@@ -197,6 +197,14 @@ class RedisStore(RedisLayout, Store):
         copy of each of ``events``, in order, without reading the window: the id index finds
         retried events, so the cost depends on the batch, not on the conversation's length."""
         return self._do(self._append_without_window_steps(conversation_id, events))  # type: ignore[no-any-return]
+
+    def find_events(self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]) -> list[Event]:
+        """By the event-id and tool-call-id indexes: one script that reads the elements asked for."""
+        return self._do(self._find_events_steps(conversation_id, event_ids, tool_call_ids))  # type: ignore[no-any-return]
+
+    def find_tool_events(self, conversation_id: str, tool_call_ids: Collection[str]) -> list[Event]:
+        """By the tool-call-id index (window and the capped archive), not the history."""
+        return self.find_events(conversation_id, (), tool_call_ids)
 
     def apply(self, conversation_id: str, plan: CompactionPlan) -> bool:
         return self._do(self._apply_steps(conversation_id, plan))  # type: ignore[no-any-return]

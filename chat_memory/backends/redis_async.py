@@ -16,7 +16,7 @@ from ..events import Event
 from ..search import SearchQuery, SearchResult
 from ..steps import Steps, arun
 from .aio import AsyncStore
-from .base import CompactionPlan, Snapshot, tool_events, wrap_driver_errors
+from .base import CompactionPlan, Snapshot, wrap_driver_errors
 from .migrations import Migration
 from .redis_layout import LuaScript, RedisLayout, driver, driver_target, retry
 
@@ -131,8 +131,12 @@ class AsyncRedisStore(RedisLayout, AsyncStore):
         return await self._do(self._history_steps(conversation_id))  # type: ignore[no-any-return]
 
     async def find_tool_events(self, conversation_id: str, tool_call_ids: Collection[str]) -> list[Event]:
-        """Off the hot path (a late result of an archived call): filters the history."""
-        return tool_events(await self.history(conversation_id), tool_call_ids)
+        """By the tool-call-id index (window and the capped archive), not the history."""
+        return await self.find_events(conversation_id, (), tool_call_ids)
+
+    async def find_events(self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]) -> list[Event]:
+        """:meth:`RedisStore.find_events <chat_memory.backends.redis.RedisStore.find_events>`."""
+        return await self._do(self._find_events_steps(conversation_id, event_ids, tool_call_ids))  # type: ignore[no-any-return]
 
     async def search(self, conversation_id: str, query: SearchQuery) -> SearchResult:
         return await self._do(self._search_steps(conversation_id, query))  # type: ignore[no-any-return]

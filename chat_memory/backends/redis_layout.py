@@ -18,7 +18,7 @@ import importlib
 import json
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from functools import cache
@@ -39,6 +39,8 @@ from .base import (
     check_conversation_id,
     envelope_id_prefix,
     settings_from_url,
+    tool_call_fragment,
+    tool_events,
 )
 from .migrations import StoredFormat
 
@@ -50,7 +52,7 @@ URL_OPTIONS = (
     StoreOption("max_archived_events", int, minimum=0, nullable=True),
     StoreOption("ttl_seconds", int, minimum=1, nullable=True),
 )
-_SUFFIXES = ("meta", "pinned", "active", "archive", "texts", "recent", "compactions", "ids")
+_SUFFIXES = ("meta", "pinned", "active", "archive", "texts", "recent", "compactions", "ids", "calls")
 _CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 # Small socket timeouts and a few quick retries: a server that is down or restarting gives a
 # StorageError within about a second or two instead of hanging the agent.
@@ -140,6 +142,11 @@ def _text(value: bytes | str) -> str:
 def _event(element: bytes | str, archived: bool = False) -> Event:
     seq, _, envelope = _text(element).partition(":")
     return Event.from_json(envelope).model_copy(update={"seq": int(seq), "archived": archived})
+
+
+def _id_prefix(event_id: str) -> str:
+    """How an envelope starts for an event of this id (``{"id":"…"``), the ``ids`` index's key."""
+    return envelope_id_prefix(Event.user("").model_copy(update={"id": event_id}).to_json())
 
 
 def command(method: str, *args: Any, **kwargs: Any) -> Steps[Any]:
@@ -318,6 +325,28 @@ class RedisLayout(ABC):
                     return SearchResult(events=events, total=matched)
                 cursor = (int(next_seq), int(next_pos), _text(found))
         raise ConcurrencyError(f"conversation {cid!r} was cleared {SEARCH_RESTARTS} times during one search")
+
+    def _find_events_steps(
+        self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]
+    ) -> Steps[list[Event]]:
+        """``find.lua``: the ids through the ``ids`` index, the call ids through the ``calls``
+        index (window and archive); only the elements asked for are read. When an index is
+        behind (an older chat-memory wrote since), the history instead, once: the next append
+        rebuilds the indexes."""
+        cid = check_conversation_id(conversation_id)
+        wanted_ids, wanted_calls = set(event_ids), set(tool_call_ids)
+        prefixes = [_id_prefix(i) for i in wanted_ids]
+        fields = [tool_call_fragment(i)[len('"tool_call_id":') :] for i in wanted_calls]
+        reply = yield from self._run_steps("find", cid, len(prefixes), *prefixes, *fields)
+        if int(reply[0]):
+            _, by_id, by_call, flags = reply
+            found = [_event(e) for e in by_id] + [_event(e, archived=_text(f) == "1") for e, f in zip(by_call, flags)]
+        else:
+            history = yield from self._history_steps(cid)
+            found = [e for e in history if e.id in wanted_ids and not e.archived and e.type is not EventType.SUMMARY]
+            found += tool_events(history, wanted_calls)
+        unique = {e.seq: e for e in found}
+        return sorted(unique.values(), key=lambda e: e.seq or 0)
 
     def _conversations_steps(self) -> Steps[list[str]]:
         ids = sorted(_text(m) for m in (yield from self._command_steps("smembers", self._registry)))

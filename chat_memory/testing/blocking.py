@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from ..aio import AsyncChatMemory
 from ..backends.aio import AsyncStore, ThreadedStore
-from ..backends.base import CompactionPlan, CompactsWhileAppending, Snapshot, Store
+from ..backends.base import AppendsWithoutWindow, CompactionPlan, CompactsWhileAppending, Snapshot, Store
 from ..events import Event
 from ..search import SearchQuery, SearchResult
 
@@ -96,9 +96,31 @@ class _CompactingBlockingStore(BlockingStore, CompactsWhileAppending):
         return run_blocking(self.async_store.append_compacting(conversation_id, events, planner))
 
 
+class _AppendsWithoutWindow(AppendsWithoutWindow):
+    async_store: AsyncStore
+
+    def append_without_window(self, conversation_id: str, events: Sequence[Event]) -> list[Event]:
+        return run_blocking(self.async_store.append_without_window(conversation_id, events))  # type: ignore[attr-defined]
+
+    def find_events(self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]) -> list[Event]:
+        return run_blocking(self.async_store.find_events(conversation_id, event_ids, tool_call_ids))  # type: ignore[attr-defined]
+
+
+class _LeanBlockingStore(BlockingStore, _AppendsWithoutWindow):
+    pass
+
+
+class _LeanCompactingBlockingStore(_CompactingBlockingStore, _AppendsWithoutWindow):
+    pass
+
+
 def blocking_store(store: AsyncStore) -> BlockingStore:
-    """``store`` as a sync Store, declaring :class:`CompactsWhileAppending` only when it can."""
-    return (_CompactingBlockingStore if store.compacts_while_appending else BlockingStore)(store)
+    """``store`` as a sync Store, declaring :class:`CompactsWhileAppending` and
+    :class:`AppendsWithoutWindow` only when it can (the latter: when it has both methods)."""
+    lean = all(callable(getattr(store, name, None)) for name in ("append_without_window", "find_events"))
+    if store.compacts_while_appending:
+        return (_LeanCompactingBlockingStore if lean else _CompactingBlockingStore)(store)
+    return (_LeanBlockingStore if lean else BlockingStore)(store)
 
 
 class BlockingMemory:

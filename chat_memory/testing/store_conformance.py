@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from ..backends.base import CompactionPlan, CompactsWhileAppending, Snapshot, Store
+from ..backends.base import AppendsWithoutWindow, CompactionPlan, CompactsWhileAppending, Snapshot, Store
 from ..errors import InvalidInputError
 from ..events import Event, EventType
 from ..search import SearchQuery
@@ -439,6 +439,28 @@ class StoreConformance:
         assert after.version > snapshot.version and after.archived_count == 4
         assert seqs(after.window.active) == [5, 6] and after.window.summary is not None
         assert after.window.summary.seq == 7
+
+    def test_appends_without_window_and_finds_events_by_index(self, store: Store) -> None:
+        if not isinstance(store, AppendsWithoutWindow):
+            pytest.skip(f"{type(store).__name__} does not declare AppendsWithoutWindow")
+        pin, (question, answer) = system("rules"), turn(1)
+        assert seqs(store.append_without_window("c", [pin, question, answer])) == [1, 2, 3]
+        call = Event.tool_call("get", {"id": 1}, call_id="k1", tokens=1)
+        stored = store.append_without_window("c", [answer, call])  # one retried event, one new
+        assert seqs(stored) == [3, 4] and stored[0].content == "answer 1" and not stored[0].archived
+        assert store.append_without_window("c", [call])[0].seq == 4  # stored once
+        assert (store.load("c").version, store.load("c").last_seq) == (2, 4)
+        result = Event.tool_result("k1", "done", tokens=1)
+        store.append("c", [result, user("later"), Event.tool_call("get", {}, call_id="k2", tokens=1)])
+        assert _archive_through(store, "c", 5)
+        found = store.find_events("c", [pin.id, question.id, "no such id"], ["k1", "k2", "k3"])
+        # archived events are found by call id (marked), never by id; the pin is in the window
+        assert [(e.seq, e.archived) for e in found] == [(1, False), (4, True), (5, True), (7, False)]
+        assert [e.id for e in found[1:3]] == [call.id, result.id] and found[2].content == "done"
+        assert [e.seq for e in store.find_tool_events("c", ["k1"])] == [4, 5]
+        assert _archive_through(store, "c", 6, max_archived_events=2)  # drops seqs 2-4
+        assert [e.seq for e in store.find_events("c", [], ["k1"])] == [5]
+        assert store.find_events("unknown", [pin.id], ["k1"]) == []
 
 
 __all__ = ["HOSTILE_IDS", "StoreConformance"]

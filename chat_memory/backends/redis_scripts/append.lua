@@ -23,7 +23,7 @@ if owner and owner ~= cid then
   return redis.error_reply('chat-memory: two conversation ids share one key digest')
 end
 
-local state = redis.call('HMGET', meta, 'last_seq', 'indexed', 'version')
+local state = redis.call('HMGET', meta, 'last_seq', 'indexed', 'version', 'calls_indexed')
 local last = tonumber(state[1] or '0')
 -- The id index covers what was appended through meta.indexed. Behind (data written before the
 -- index existed, or by an older chat-memory), it is rebuilt from the window once: derived data,
@@ -44,6 +44,12 @@ elseif tonumber(state[2] or '-1') ~= last then
   end
   chunked('HSET', ids, pairs_)
   redis.call('HSET', meta, 'indexed', last)
+end
+-- The same for the tool_call_id index (window and archive).
+if not owner then
+  redis.call('DEL', calls)
+elseif tonumber(state[4] or '-1') ~= last then
+  rebuild_calls(last)
 end
 
 local batch_ids = {}
@@ -100,7 +106,7 @@ end
 -- element is then in existing[k]).
 local seqs, existing, seen = {}, {}, {}
 local first = last
-local new_pinned, new_active, new_texts, new_ids = {}, {}, {}, {}
+local new_pinned, new_active, new_texts, new_ids, new_calls = {}, {}, {}, {}, {}
 local retried = redis.call('ZSCORE', recent, token)
 for k = 1, #batch_ids do
   local i = HEADER + 1 + (k - 1) * 4
@@ -122,6 +128,11 @@ for k = 1, #batch_ids do
       new_active[#new_active + 1] = element
       new_texts[#new_texts + 1] = last
       new_texts[#new_texts + 1] = ARGV[i + 2]
+      local field = call_of(ARGV[i + 1])
+      if field then
+        new_calls[field] = new_calls[field] or {}
+        table.insert(new_calls[field], last)
+      end
     end
   end
 end
@@ -152,6 +163,7 @@ chunked('RPUSH', pinned, new_pinned)
 chunked('RPUSH', active, new_active)
 chunked('HSET', texts, new_texts)
 chunked('HSET', ids, new_ids)
+calls_update(new_calls, false)
 if #new_pinned > 0 then
   -- a newer pinned event with the same pin key supersedes an older one: archive the older
   -- (the rule of chat_memory.pins.pin_key: metadata.key when a non-empty string, else 'system')
@@ -178,7 +190,7 @@ if #new_pinned > 0 then
     end
   end
 end
-redis.call('HSET', meta, 'cid', cid, 'last_seq', last, 'indexed', last)
+redis.call('HSET', meta, 'cid', cid, 'last_seq', last, 'indexed', last, 'calls_indexed', last)
 redis.call('HINCRBY', meta, 'version', 1)
 redis.call('ZADD', recent, last, token)
 redis.call('ZREMRANGEBYRANK', recent, 0, -17)

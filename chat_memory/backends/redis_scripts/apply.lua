@@ -29,8 +29,11 @@ if summary ~= '' then
     redis.call('ZADD', archive, seq_of(previous), previous)
   end
   local seq = redis.call('HINCRBY', meta, 'last_seq', 1)
-  if tonumber(redis.call('HGET', meta, 'indexed') or '-1') == seq - 1 then
-    redis.call('HSET', meta, 'indexed', seq)  -- a summary is not in the index: it stays complete
+  -- a summary is in neither index: an index that was complete stays so
+  for _, field in ipairs({'indexed', 'calls_indexed'}) do
+    if tonumber(redis.call('HGET', meta, field) or '-1') == seq - 1 then
+      redis.call('HSET', meta, field, seq)
+    end
   end
   redis.call('HSET', meta, 'summary', string.format('%d:%s', seq, summary))
 end
@@ -39,10 +42,17 @@ if cap ~= '' then
   if excess > 0 then
     local dropped = redis.call('ZRANGE', archive, 0, excess - 1)
     local seqs = {}
+    local gone_calls = {}
     for i = 1, #dropped do
       seqs[i] = seq_of(dropped[i])
+      local field = call_of(dropped[i])
+      if field then
+        gone_calls[field] = gone_calls[field] or {}
+        table.insert(gone_calls[field], seqs[i])
+      end
     end
     chunked('HDEL', texts, seqs)
+    calls_update(gone_calls, true)
     redis.call('ZREMRANGEBYRANK', archive, 0, excess - 1)
   end
 end

@@ -1,12 +1,17 @@
 -- Shared head of every per-conversation script (the Python side prepends it).
--- KEYS: meta, pinned, active, archive, texts, recent, compactions, ids [, registry]; all but the registry
--- share one hash slot. Elements of pinned/active/archive and meta.summary are "<seq>:<envelope>".
+-- KEYS: meta, pinned, active, archive, texts, recent, compactions, ids, calls [, registry]; all but
+-- the registry share one hash slot. Elements of pinned/active/archive and meta.summary are
+-- "<seq>:<envelope>".
 -- ids maps the id prefix ('{"id":"…"') of each pinned and active event to its seq: derived data,
 -- checked against meta.indexed (the last_seq it covers) and rebuilt when behind.
+-- calls maps the JSON spelling of each tool_call_id ('"c1"') to the seqs ("12,13") of the tool
+-- calls and results with it, active and archived: derived data too, checked against
+-- meta.calls_indexed. Entries are checked against the element they point at, so an entry left
+-- behind by an older chat-memory (which does not keep the index) is ignored.
 local meta, pinned, active, archive, texts, recent = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local compactions, ids = KEYS[7], KEYS[8]
-local CONVERSATION_KEYS = 8
-local KEY_TYPES = {'hash', 'list', 'list', 'zset', 'hash', 'zset', 'list', 'hash'}
+local compactions, ids, calls = KEYS[7], KEYS[8], KEYS[9]
+local CONVERSATION_KEYS = 9
+local KEY_TYPES = {'hash', 'list', 'list', 'zset', 'hash', 'zset', 'list', 'hash', 'hash'}
 -- Arguments per command: Lua's unpack fails past about 8,000 values, so no command gets an
 -- unbounded list (a 100,000-event append is 100 RPUSH of 1,000, not one).
 local CHUNK = 1000
@@ -72,4 +77,101 @@ local function id_of(element)
   local colon = string.find(element, ':', 1, true)
   local stop = colon and string.find(element, ',"type":', colon, true)
   return stop and string.sub(element, colon + 1, stop - 1) or nil
+end
+
+-- The call-id field ('"c1"', the JSON spelling of its tool_call_id) of a tool call's or result's
+-- envelope or element, or nil for any other event. The id, type and content before it are JSON
+-- strings, in which ',"' cannot occur, so the first ',"type":' and ',"tool_call_id":' are the
+-- envelope's own fields (as in chat_memory.backends.bookkeeping.tool_call_fragment).
+local function call_of(text)
+  local at = string.find(text, ',"type":"tool_', 1, true)
+  if not at then
+    return nil
+  end
+  if string.sub(text, at + 14, at + 18) ~= 'call"' and string.sub(text, at + 14, at + 20) ~= 'result"' then
+    return nil
+  end
+  local start = string.find(text, ',"tool_call_id":', at, true)
+  local stop = start and string.find(text, ',"tool_name":', start, true)
+  local field = stop and string.sub(text, start + 16, stop - 1)
+  if not field or field == 'null' then
+    return nil
+  end
+  return field
+end
+
+-- The active element with this seq, by binary search in the seq-ordered active list, or nil.
+local function active_at(seq)
+  local low, high = 0, redis.call('LLEN', active) - 1
+  while low <= high do
+    local middle = math.floor((low + high) / 2)
+    local probe = redis.call('LINDEX', active, middle)
+    local at = seq_of(probe)
+    if at == seq then
+      return probe
+    elseif at < seq then
+      low = middle + 1
+    else
+      high = middle - 1
+    end
+  end
+  return nil
+end
+
+-- Add (or with remove, take out) seq in the calls entries: updates maps field -> list of seqs.
+local function calls_update(updates, remove)
+  local fields = {}
+  for field in pairs(updates) do
+    fields[#fields + 1] = field
+  end
+  if #fields == 0 then
+    return
+  end
+  local current = chunked('HMGET', calls, fields)
+  local set, gone = {}, {}
+  for k, field in ipairs(fields) do
+    local seqs = {}
+    local drop = {}
+    if remove then
+      for _, seq in ipairs(updates[field]) do
+        drop[tostring(seq)] = true
+      end
+    end
+    for seq in string.gmatch(current[k] or '', '%d+') do
+      if not drop[seq] then
+        seqs[#seqs + 1] = seq
+      end
+    end
+    if not remove then
+      for _, seq in ipairs(updates[field]) do
+        seqs[#seqs + 1] = tostring(seq)
+      end
+    end
+    if #seqs > 0 then
+      set[#set + 1] = field
+      set[#set + 1] = table.concat(seqs, ',')
+    else
+      gone[#gone + 1] = field
+    end
+  end
+  chunked('HSET', calls, set)
+  chunked('HDEL', calls, gone)
+end
+
+-- Rebuild the calls index from the active list and the archive (data written before it
+-- existed, or by an older chat-memory): once, the cost of reading the history.
+local function rebuild_calls(last)
+  redis.call('DEL', calls)
+  local found = {}
+  for _, list in ipairs({redis.call('ZRANGE', archive, 0, -1), redis.call('LRANGE', active, 0, -1)}) do
+    for _, element in ipairs(list) do
+      local field = call_of(element)
+      if field then
+        found[field] = found[field] or {}
+        table.insert(found[field], seq_of(element))
+      end
+    end
+  end
+  calls_update(found, false)
+  redis.call('HSET', meta, 'calls_indexed', last)
 end

@@ -207,6 +207,12 @@ class AsyncSQLStore(AsyncStore):
         await self._ready()
         return await self._write(self.ops.append, cid, list(events), what=f"append to conversation {cid!r}")
 
+    async def append_without_window(self, conversation_id: str, events: Sequence[Event]) -> list[Event]:
+        """:meth:`SQLStore.append_without_window <chat_memory.backends.sql.SQLStore.append_without_window>`."""
+        cid = check_conversation_id(conversation_id)
+        await self._ready()
+        return await self._write(self.ops.append_without_window, cid, list(events), what=f"append to conversation {cid!r}")
+
     async def append_compacting(
         self, conversation_id: str, events: Sequence[Event], planner: Callable[[Snapshot], CompactionPlan | None]
     ) -> tuple[Snapshot, bool]:
@@ -242,6 +248,10 @@ class AsyncSQLStore(AsyncStore):
 
     async def find_tool_events(self, conversation_id: str, tool_call_ids: Collection[str]) -> list[Event]:
         return await self._read(self.ops.find_tool_events, check_conversation_id(conversation_id), tool_call_ids)
+
+    async def find_events(self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]) -> list[Event]:
+        """:meth:`SQLStore.find_events <chat_memory.backends.sql.SQLStore.find_events>`."""
+        return await self._read(self.ops.find_events, check_conversation_id(conversation_id), event_ids, tool_call_ids)
 
     async def search(self, conversation_id: str, query: SearchQuery) -> SearchResult:
         return await self._read(self.ops.search, check_conversation_id(conversation_id), query)

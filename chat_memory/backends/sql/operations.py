@@ -23,12 +23,15 @@ from ...errors import ConfigurationError
 from ...events import Event, EventType, Window
 from ...pins import superseded
 from ...search import RECALL_MARK, MatchMode, SearchQuery, SearchResult, search_text
-from ..base import CompactionPlan, Snapshot, number, split_appended, tool_call_fragment, unstored
+from ..base import CompactionPlan, Snapshot, number, split_appended, unstored
 from .engine import lock_schema
-from .schema import build_tables, ensure_schema, pushes_down, stored_message, stored_search_text
+from .schema import build_tables, ensure_schema, row_key, stored_message, stored_search_text
 
 _NOT_ACTIVE = (EventType.SYSTEM.value, EventType.SUMMARY.value)
 _TOOL_TYPES = (EventType.TOOL_CALL.value, EventType.TOOL_RESULT.value)
+#: Keys per ``IN (…)`` of a look-up by id: far below every database's limit on bound
+#: parameters (999 on SQLite before 3.32), however large the batch.
+_KEYS_PER_QUERY = 500
 
 
 def conversation_key(conversation_id: str) -> str:
@@ -119,6 +122,10 @@ class SQLOperations:
                     "created_at": stored.created_at,
                     "search_text": stored_search_text(search_text(stored)),
                     "body": stored.to_json(),
+                    "event_key": row_key(stored.id),
+                    "call_key": row_key(stored.tool_call_id)
+                    if stored.type.value in _TOOL_TYPES and stored.tool_call_id is not None
+                    else None,
                 }
             )
         return rows
@@ -170,24 +177,45 @@ class SQLOperations:
         return self._events(connection.execute(query.order_by(events.c.seq)))
 
     def find_tool_events(self, connection: sa.Connection, cid: str, tool_call_ids: Collection[str]) -> list[Event]:
-        """``body LIKE`` the ids' ``"tool_call_id":<id>`` fragment of the envelope (no column to
-        index without a schema change; the engine asks only for late results of archived
-        calls), then an exact check on the few rows it returns."""
-        wanted = set(tool_call_ids)
-        if not wanted:
+        """By the ``(conversation, call_key)`` index, archived rows included; only the rows of
+        the ids asked for are read (each checked against its body)."""
+        return self.find_events(connection, cid, (), tool_call_ids)
+
+    def find_events(
+        self, connection: sa.Connection, cid: str, event_ids: Collection[str], tool_call_ids: Collection[str]
+    ) -> list[Event]:
+        """The window events with one of ``event_ids`` and the tool events (archived included)
+        with one of ``tool_call_ids``, by the ``event_key`` and ``call_key`` indexes."""
+        ref = self._conversation_row(connection, cid, lock=False)
+        if ref is None:
             return []
-        fragments = [tool_call_fragment(i) for i in wanted]
-        if not all(pushes_down(f) for f in fragments):
-            found = self.history(connection, cid)
-        else:
-            events = self.tables.events
-            query = sa.select(events.c.archived, events.c.body).where(
-                events.c.conversation_ref == self._ref(cid),
-                events.c.type.in_(_TOOL_TYPES),
-                sa.or_(*(events.c.body.contains(f, autoescape=True) for f in fragments)),
+        found = {e.seq: e for e in self._window_events_by_id(connection, ref.id, event_ids).values()}
+        events = self.tables.events
+        wanted = set(tool_call_ids)
+        for keys in _chunks(sorted({row_key(i) for i in wanted})):
+            rows = connection.execute(
+                sa.select(events.c.archived, events.c.body).where(events.c.conversation_ref == ref.id, events.c.call_key.in_(keys))
             )
-            found = self._events(connection.execute(query.order_by(events.c.seq)))
-        return [e for e in found if e.type.value in _TOOL_TYPES and e.tool_call_id in wanted]
+            found.update((e.seq, e) for e in self._events(rows) if e.type.value in _TOOL_TYPES and e.tool_call_id in wanted)
+        return sorted(found.values(), key=lambda e: e.seq or 0)
+
+    def _window_events_by_id(self, connection: sa.Connection, ref: int, event_ids: Collection[str]) -> dict[str, Event]:
+        """The pinned and active events (never the summary) whose id is one of ``event_ids``, by id."""
+        events = self.tables.events
+        wanted = set(event_ids)
+        found: dict[str, Event] = {}
+        for keys in _chunks(sorted({row_key(i) for i in wanted})):
+            # the archived flag and the type are checked here, not in SQL: a condition on
+            # ``archived`` lets a planner without statistics prefer the window index, a scan
+            rows = connection.execute(
+                sa.select(events.c.archived, events.c.body).where(events.c.conversation_ref == ref, events.c.event_key.in_(keys))
+            )
+            found.update(
+                (e.id, e)
+                for e in self._events(rows)
+                if e.id in wanted and not e.archived and e.type is not EventType.SUMMARY
+            )
+        return found
 
     def search(self, connection: sa.Connection, cid: str, query: SearchQuery) -> SearchResult:
         """``LIKE`` over the stored case-folded text, counted and paged in the database, for
@@ -226,29 +254,32 @@ class SQLOperations:
 
     # -- writes ------------------------------------------------------------------------------
 
-    def append(self, connection: sa.Connection, cid: str, batch: list[Event]) -> Snapshot:
-        """Append ``batch`` (idempotent per event id) and return the snapshot right after it."""
-        conversations = self.tables.conversations
+    def _locked_row(self, connection: sa.Connection, cid: str) -> tuple[int, int, int, datetime]:
+        """The conversation's row, locked (created at version 0 when missing): (its id, last
+        seq, version, now)."""
         row = self._conversation_row(connection, cid, lock=True)
         now = _now()
-        if row is None:
-            ref = connection.execute(
-                conversations.insert().values(
-                    conversation_key=conversation_key(cid),
-                    conversation_id=cid,
-                    version=0,
-                    last_seq=0,
-                    archived_count=0,
-                    created_at=now,
-                    updated_at=now,
-                )
-            ).inserted_primary_key[0]
-            last_seq, version = 0, 0
-            before = Snapshot.empty(cid)
-        else:
-            ref, last_seq, version = row.id, row.last_seq, row.version
-            # read under the row lock: the id check and the insert are one atomic step
-            before = self.load(connection, cid)
+        if row is not None:
+            return row.id, row.last_seq, row.version, now
+        conversations = self.tables.conversations
+        ref = connection.execute(
+            conversations.insert().values(
+                conversation_key=conversation_key(cid),
+                conversation_id=cid,
+                version=0,
+                last_seq=0,
+                archived_count=0,
+                created_at=now,
+                updated_at=now,
+            )
+        ).inserted_primary_key[0]
+        return ref, 0, 0, now
+
+    def append(self, connection: sa.Connection, cid: str, batch: list[Event]) -> Snapshot:
+        """Append ``batch`` (idempotent per event id) and return the snapshot right after it."""
+        ref, last_seq, version, now = self._locked_row(connection, cid)
+        # read under the row lock: the id check and the insert are one atomic step
+        before = self.load(connection, cid) if version else Snapshot.empty(cid)
         window = before.window
         fresh = unstored(batch, (*window.pinned, *window.active))
         if batch and not fresh:
@@ -266,6 +297,24 @@ class SQLOperations:
             last_seq=last_seq + len(fresh),
             window=Window(pinned=(*window.pinned, *pinned), summary=window.summary, active=(*window.active, *real)),
         )
+
+    def append_without_window(self, connection: sa.Connection, cid: str, batch: list[Event]) -> list[Event]:
+        """Append ``batch`` like :meth:`append` (idempotent per event id against the window, under
+        the row lock) and return the stored copy of each of its events, without reading the
+        window: the batch's ids are looked up by the ``event_key`` index."""
+        ref, last_seq, version, now = self._locked_row(connection, cid)
+        before = self._window_events_by_id(connection, ref, [e.id for e in batch]) if version else {}
+        fresh = [e for e in unstored(batch, ()) if e.id not in before]
+        if batch and not fresh:
+            return [before[e.id] for e in batch]
+        numbered = number(fresh, last_seq)
+        if fresh:
+            connection.execute(self.tables.events.insert(), self._event_rows(ref, fresh, last_seq + 1))
+        connection.execute(self._bump, {"b_ref": ref, "b_last_seq": last_seq + len(fresh), "b_version": version + 1, "b_now": now})
+        if any(e.type is EventType.SYSTEM for e in fresh):
+            self._unpin_superseded(connection, ref)
+        stored = {e.id: e for e in numbered}
+        return [before.get(e.id) or stored[e.id] for e in batch]
 
     def append_compacting(
         self, connection: sa.Connection, cid: str, batch: list[Event], planner: Callable[[Snapshot], CompactionPlan | None]
@@ -375,3 +424,7 @@ class SQLOperations:
             connection.execute(events.delete().where(events.c.conversation_ref == row.id))
             connection.execute(compactions.delete().where(compactions.c.conversation_ref == row.id))
             connection.execute(conversations.delete().where(conversations.c.id == row.id))
+
+
+def _chunks(keys: list[str]) -> list[list[str]]:
+    return [keys[i : i + _KEYS_PER_QUERY] for i in range(0, len(keys), _KEYS_PER_QUERY)]

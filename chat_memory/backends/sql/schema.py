@@ -10,7 +10,10 @@ Seven tables, named with a configurable prefix (default ``chat_memory_``):
 - ``<prefix>events``: one row per event keyed by (conversation, seq), with the stored envelope,
   the archived flag, the type, the token count and the case-folded search text (NUL spelled
   :data:`SEARCH_NUL` since schema version 3). The index on (conversation, archived, seq) makes
-  reading the window a range scan that never visits the archive.
+  reading the window a range scan that never visits the archive. Since schema version 4,
+  ``event_key`` (the SHA-256 of the event's id) and ``call_key`` (of its ``tool_call_id``,
+  tool events only), each indexed with the conversation: an append's idempotency check and
+  the tool-pair check look the batch's ids up instead of reading the window.
 - ``<prefix>compactions`` (since schema version 2): the records of a conversation's newest
   compactions (JSON), written in the compaction's own transaction.
 - since schema version 2 too, three for long-term memory (:mod:`chat_memory.longterm.sql`):
@@ -20,6 +23,8 @@ Seven tables, named with a configurable prefix (default ``chat_memory_``):
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +37,7 @@ from ...errors import ConfigurationError, SchemaError
 from ..migrations import Migration, StoredFormat
 
 #: The schema version this code creates (as recorded in the meta table).
-SCHEMA_VERSION = "3"
+SCHEMA_VERSION = "4"
 DEFAULT_TABLE_PREFIX = "chat_memory_"
 _PREFIX_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,29}|")
 
@@ -70,6 +75,13 @@ def pushes_down(fragment: str) -> bool:
     """True when a LIKE over the JSON body column can take ``fragment`` (a piece of an
     envelope: JSON spells NUL ``\\u0000``, and U+FFFD is stored as itself, so the match is exact)."""
     return len(fragment) <= MAX_PUSHED_DOWN_TERM
+
+
+def row_key(text: str) -> str:
+    """The indexed key of an event id or a ``tool_call_id`` (``event_key``, ``call_key``): its
+    SHA-256, so that any id is an exact, bounded key whatever the collation or length. Rows
+    found by key are checked against the id in their body."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def stored_message(message: str | None) -> str | None:
@@ -164,7 +176,11 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("search_text", _SEARCH_TEXT, nullable=True),
         sa.Column("body", _LONG_TEXT, nullable=False),
+        sa.Column("event_key", sa.String(64), nullable=True),
+        sa.Column("call_key", sa.String(64), nullable=True),
         sa.Index(f"{prefix}events_window_idx", "conversation_ref", "archived", "seq"),
+        sa.Index(f"{prefix}events_event_key_idx", "conversation_ref", "event_key"),
+        sa.Index(f"{prefix}events_call_key_idx", "conversation_ref", "call_key"),
     )
     compactions = sa.Table(
         f"{prefix}compactions",
@@ -262,6 +278,54 @@ def _recode_nul_in_search_text(change: SchemaChange) -> None:
         after = (rows[-1].conversation_ref, rows[-1].seq)
 
 
+def _index_event_and_call_ids(change: SchemaChange) -> None:
+    """Version 3 -> 4: the ``event_key`` and ``call_key`` columns (added when missing), filled
+    from each event's body (its JSON envelope), a batch at a time in key order, then their
+    indexes. Reads the whole table once, in the one migration transaction."""
+    events, connection = change.tables.events, change.connection
+    inspector = sa.inspect(connection)
+    preparer = connection.dialect.identifier_preparer
+    columns = {column["name"] for column in inspector.get_columns(events.name)}
+    for column in (events.c.event_key, events.c.call_key):
+        if column.name not in columns:
+            kind = column.type.compile(dialect=connection.dialect)
+            connection.exec_driver_sql(f"ALTER TABLE {preparer.format_table(events)} ADD COLUMN {preparer.quote(column.name)} {kind}")
+    key = sa.tuple_(events.c.conversation_ref, events.c.seq)
+    unkeyed = (
+        sa.select(events.c.conversation_ref, events.c.seq, events.c.type, events.c.body)
+        .where(events.c.event_key.is_(None))
+        .order_by(events.c.conversation_ref, events.c.seq)
+        .limit(500)
+    )
+    update = (
+        events.update()
+        .where(events.c.conversation_ref == sa.bindparam("b_ref"), events.c.seq == sa.bindparam("b_seq"))
+        .values(event_key=sa.bindparam("b_event_key"), call_key=sa.bindparam("b_call_key"))
+    )
+    after: tuple[int, int] | None = None
+    while True:
+        rows = connection.execute(unkeyed if after is None else unkeyed.where(key > sa.tuple_(*after))).all()
+        if not rows:
+            break
+        connection.execute(update, [_keys_of_row(row) for row in rows])
+        after = (rows[-1].conversation_ref, rows[-1].seq)
+    present = {index["name"] for index in inspector.get_indexes(events.name)}
+    for index in events.indexes:
+        if index.name not in present:
+            index.create(connection)
+
+
+def _keys_of_row(row: Any) -> dict[str, Any]:
+    body = json.loads(row.body)
+    call_id = body.get("tool_call_id") if row.type in ("tool_call", "tool_result") else None
+    return {
+        "b_ref": row.conversation_ref,
+        "b_seq": row.seq,
+        "b_event_key": row_key(body["id"]),
+        "b_call_key": row_key(call_id) if isinstance(call_id, str) else None,
+    }
+
+
 @dataclass(frozen=True)
 class SchemaChange:
     """What a schema migration works with: the open write transaction and the tables (as
@@ -283,6 +347,7 @@ SQL_SCHEMA: StoredFormat[SchemaChange] = StoredFormat(
     migrations=(
         Migration(1, "add the compactions and long-term memory tables", _add_tables_of_version_2),
         Migration(2, "search_text keeps NUL as the letter sharp s, not U+FFFD", _recode_nul_in_search_text),
+        Migration(3, "index events by id and by tool_call_id (event_key, call_key)", _index_event_and_call_ids),
     ),
     remedy="upgrade chat-memory, or use another table_prefix",
 )

@@ -13,6 +13,7 @@ from ...errors import ConfigurationError
 from ...events import Event
 from ...search import SearchQuery, SearchResult
 from ..base import (
+    AppendsWithoutWindow,
     Backoff,
     CompactionPlan,
     CompactsWhileAppending,
@@ -30,7 +31,7 @@ from .schema import DEFAULT_TABLE_PREFIX, Tables
 T = TypeVar("T")
 
 
-class SQLStore(CompactsWhileAppending, Store):
+class SQLStore(AppendsWithoutWindow, CompactsWhileAppending, Store):
     """Conversations in SQL tables, for the embedded SQLite default and for database servers.
 
     >>> store = SQLStore("sqlite:///chat.db")                      # or open_store("sqlite:///chat.db")
@@ -41,7 +42,9 @@ class SQLStore(CompactsWhileAppending, Store):
     (``SELECT … FOR UPDATE``; ``BEGIN IMMEDIATE`` on SQLite); a compaction is a compare-and-swap
     on the version. Conflicts reported by the database are retried with bounded backoff and
     end in :class:`ConcurrencyError`. Search runs in the database as ``LIKE`` over stored
-    case-folded text.
+    case-folded text. Events are indexed by id and by ``tool_call_id`` (schema version 4), so
+    :meth:`append_without_window`, :meth:`find_events` and :meth:`find_tool_events` read the
+    rows of the ids asked for, not the window.
     """
 
     schemes = ("sqlite", "postgresql", "postgres", "mysql", "mariadb", "mssql", "oracle")
@@ -176,6 +179,13 @@ class SQLStore(CompactsWhileAppending, Store):
         self._ready()
         return self._write(self.ops.append, cid, list(events), what=f"append to conversation {cid!r}")
 
+    def append_without_window(self, conversation_id: str, events: Sequence[Event]) -> list[Event]:
+        """Append in one transaction, looking the batch's ids up by index (see
+        :meth:`SQLOperations.append_without_window`); the stored copies of ``events``."""
+        cid = check_conversation_id(conversation_id)
+        self._ready()
+        return self._write(self.ops.append_without_window, cid, list(events), what=f"append to conversation {cid!r}")
+
     def append_compacting(
         self, conversation_id: str, events: Sequence[Event], planner: Callable[[Snapshot], CompactionPlan | None]
     ) -> tuple[Snapshot, bool]:
@@ -207,9 +217,13 @@ class SQLStore(CompactsWhileAppending, Store):
         return self._read(self.ops.history, check_conversation_id(conversation_id))
 
     def find_tool_events(self, conversation_id: str, tool_call_ids: Collection[str]) -> list[Event]:
-        """One query in the database over the conversation's tool rows (see
+        """The rows of the ids asked for, by the ``call_key`` index (see
         :meth:`SQLOperations.find_tool_events`)."""
         return self._read(self.ops.find_tool_events, check_conversation_id(conversation_id), tool_call_ids)
+
+    def find_events(self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]) -> list[Event]:
+        """By the ``event_key`` and ``call_key`` indexes (see :meth:`SQLOperations.find_events`)."""
+        return self._read(self.ops.find_events, check_conversation_id(conversation_id), event_ids, tool_call_ids)
 
     def search(self, conversation_id: str, query: SearchQuery) -> SearchResult:
         return self._read(self.ops.search, check_conversation_id(conversation_id), query)
