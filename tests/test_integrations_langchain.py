@@ -130,6 +130,16 @@ def test_messages_map_to_events_with_their_ids():
     assert events[3].arguments == {"id": 7} and events[3].tool_call_id == "c1"
     assert [e.is_error for e in events[5:7]] == [False, True]
     assert events[7].content == "Order 7 shipped."
+    assert all(len(e.metadata["langchain_digest"]) == 32 for e in events)
+
+
+def test_a_message_without_an_id_is_given_a_uuid_like_langgraph_gives_it():
+    import uuid
+
+    message = AIMessage("", tool_calls=[{"name": "lookup", "args": {}, "id": "c1"}])
+    [event] = events_from_messages([message])
+    assert str(uuid.UUID(message.id)) == message.id == event.id
+    assert events_from_messages([AIMessage("")])[0].content == ""  # an empty reply is kept
 
 
 def test_unknown_message_types_are_refused_by_index():
@@ -187,6 +197,10 @@ def test_the_summary_leads_as_the_placement_says(memory_store, placement, kind):
     assert isinstance(messages[0], kind) and SUMMARY_PREFACE in messages[0].content
     assert "events about orders" in messages[0].content
     assert isinstance(messages[1], HumanMessage) and SUMMARY_PREFACE not in messages[1].content
+    assert messages[0].id.startswith("chat-memory:summary:")
+    stored = len(memory.history("conv"))
+    history.add_messages(messages)  # sent back, summary included: nothing new
+    assert len(memory.history("conv")) == stored
 
 
 @pytest.mark.parametrize("store_fixture", ["sqlite_store", pytest.param("redis_store", marks=pytest.mark.redis)])

@@ -6,7 +6,8 @@
 - :class:`ChatMemoryMiddleware`: an agent middleware for LangChain v1's ``create_agent``
   that stores every step and shows the model chat-memory's window (needs the ``langchain``
   package: ``pip install 'chat-memory[langchain-agents]'``).
-- :func:`events_from_messages` / :func:`messages_from_window`: the mapping itself.
+- :func:`events_from_messages` / :func:`history_messages` / :func:`messages_from_window`: the
+  mapping itself (a history's messages with their ids; a model request's).
 
 Needs ``langchain-core`` (``pip install 'chat-memory[langchain]'``). The mapping is in
 docs/integrations.md."""
@@ -22,11 +23,18 @@ try:
 except ImportError:  # pragma: no cover - exercised by the architecture test's subprocess
     raise missing_extra("langchain-core", "langchain") from None
 
-from .convert import events_from_messages, messages_from_window
+from .convert import events_from_messages, history_messages, messages_from_window
 from .history import ChatMemoryHistory
 from .tools import search_tools
 
-__all__ = ["ChatMemoryHistory", "ChatMemoryMiddleware", "events_from_messages", "messages_from_window", "search_tools"]
+__all__ = [
+    "ChatMemoryHistory",
+    "ChatMemoryMiddleware",
+    "events_from_messages",
+    "history_messages",
+    "messages_from_window",
+    "search_tools",
+]
 
 
 def __getattr__(name: str) -> Any:

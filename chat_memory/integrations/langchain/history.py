@@ -8,19 +8,28 @@ from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage
 
 from ...backends.base import check_conversation_id
+from ...events import Event
 from ...steps import Steps, call
 from ..memory import AnyMemory, arun_memory, check_memory, run_sync
-from .convert import events_from_messages, messages_from_window
+from .convert import history_messages, message_events
+from .identity import check_pairs_alone, new_events, removals
 
 
 class ChatMemoryHistory(BaseChatMessageHistory):
     """The chat history of conversation ``conversation_id`` kept by ``memory``.
 
     ``add_messages`` stores messages as events (one list, one atomic append; compaction runs
-    as ``memory.add`` does); ``messages`` is the window the model should see, not the whole
-    log: pinned system events and (with ``summary_placement="system_prompt"``) the summary
-    as a leading ``SystemMessage``, the summary otherwise as a leading ``HumanMessage``, then
-    the active events with every tool call answered. Archived messages stay searchable
+    as ``memory.add`` does), by LangChain's identity, the message ``id``, as LangGraph's
+    ``add_messages`` reducer merges them: a message without an id is given one (a ``uuid4``),
+    a re-sent copy of a stored message is not stored again, a different message under a
+    stored id is refused (replacing needs retraction), ``REMOVE_ALL_MESSAGES`` clears and a
+    ``RemoveMessage`` by id is refused (see :mod:`~chat_memory.integrations.langchain.identity`).
+
+    ``messages`` is the window, not the whole log: pinned ``SystemMessage`` s, the summary (a
+    ``SystemMessage`` with ``summary_placement="system_prompt"``, a ``HumanMessage``
+    otherwise), then the stored messages of the active part, each with its id, every tool
+    call followed by its result. Sending it back (``add_messages(history.messages + [new])``)
+    stores only ``new``. Archived messages stay searchable
     (:func:`~chat_memory.integrations.langchain.search_tools`) and in ``memory.history()``.
 
     ``memory`` is a :class:`~chat_memory.ChatMemory` or an :class:`~chat_memory.AsyncChatMemory`.
@@ -39,13 +48,23 @@ class ChatMemoryHistory(BaseChatMessageHistory):
         self.conversation_id = check_conversation_id(conversation_id)
 
     def _messages(self) -> Steps[list[BaseMessage]]:
-        window = yield from call("model_window", self.conversation_id)
-        return messages_from_window(window, summary_placement=self.memory.config.summary_placement)
+        # the window as stored (not model_window's stubs), so that a re-sent copy matches it
+        window = yield from call("window", self.conversation_id)
+        return history_messages(window, self.memory.config.summary_placement)
 
     def _add(self, messages: Sequence[BaseMessage]) -> Steps[None]:
-        events = events_from_messages(messages)
+        cid = self.conversation_id
+        clears, kept = removals(list(messages))
+        parts = message_events(kept)
+        if clears:
+            check_pairs_alone(parts)
+            yield from call("clear", cid)
+            stored: dict[str, Event] = {}
+        else:
+            stored = {e.id: e for e in (yield from call("window", cid))}
+        events = yield from new_events(cid, parts, stored, look_back=not clears)
         if events:
-            yield from call("add", self.conversation_id, events)
+            yield from call("add", cid, events)
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
@@ -53,8 +72,9 @@ class ChatMemoryHistory(BaseChatMessageHistory):
         return run_sync(self.memory, self._messages(), "ChatMemoryHistory.messages", "await history.aget_messages()")
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
-        """Store ``messages`` in order, atomically; a message whose ``id`` is already in the
-        window is not stored again."""
+        """Store ``messages`` in order, atomically; a message whose ``id`` is already stored
+        with the same content is not stored again (see the class docstring). Every message
+        that had no id has one afterwards (the one it is stored under)."""
         run_sync(self.memory, self._add(messages), "ChatMemoryHistory.add_messages()", "await history.aadd_messages()")
 
     def clear(self) -> None:

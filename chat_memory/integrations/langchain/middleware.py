@@ -23,7 +23,8 @@ from ...events import Event
 from ...steps import Steps, call
 from .. import missing_extra
 from ..memory import AnyMemory, arun_memory, check_memory, run_sync
-from .convert import events_from_messages, render
+from .convert import events_from_messages, message_events, removal_refused, render
+from .identity import is_rendered, new_events
 
 try:
     from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
@@ -42,7 +43,11 @@ class ChatMemoryMiddleware(AgentMiddleware):
     are appended to the agent's system prompt); the model's reply is stored as soon as it
     comes back (an ``AIMessage`` without an id is given one, so that the state and the memory
     agree on it). After the run, anything still unstored (a ``return_direct`` tool's result)
-    is added too.
+    is added too. Identity is the message id, as in LangGraph's reducer: an agent invoked
+    with the history sent back (``{"messages": history.messages + [new]}``, with or without
+    a checkpointer) stores only ``new``; a message under a stored id with other content is
+    refused (replacing needs retraction). A ``RemoveMessage`` is applied by LangGraph to the
+    state before any hook sees it, so the memory keeps the message (see docs/integrations.md).
 
     ``conversation_id``: the conversation to keep; ``None`` uses the LangGraph ``thread_id``
     of the run (``config={"configurable": {"thread_id": ...}}``).
@@ -115,7 +120,17 @@ class ChatMemoryMiddleware(AgentMiddleware):
 
     def _store_new(self, cid: str, messages: Sequence[BaseMessage]) -> Steps[None]:
         window = yield from call("window", cid)
-        events = events_from_messages(unstored(messages, {e.id for e in window}))
+        stored = {e.id: e for e in window}
+        indexed = [(i, m) for i, m in enumerate(messages) if not is_rendered(m)]
+        for i, m in indexed:
+            if m.type == "remove":  # LangGraph's reducer applies them; one left in the state was not
+                raise removal_refused(i, m.id)
+        tail = unstored([m for _, m in indexed], set(stored))
+        head = indexed[: len(indexed) - len(tail)]
+        # the state's messages in the window are compared too (an edited copy is refused);
+        # the older ones are left alone: the state holds them in the order they were stored
+        parts = message_events([(i, m) for i, m in head if m.id in stored] + indexed[len(head) :])
+        events = yield from new_events(cid, parts, stored, look_back=False)
         if events:
             yield from call("add", cid, events)
 
@@ -162,4 +177,4 @@ def unstored(messages: Sequence[BaseMessage], stored_ids: set[str]) -> list[Base
 def _with_id(message: BaseMessage) -> BaseMessage:
     if message.id:
         return message
-    return message.model_copy(update={"id": f"lc_{uuid.uuid4().hex}"})
+    return message.model_copy(update={"id": str(uuid.uuid4())})  # what LangGraph's reducer would give it
