@@ -17,7 +17,7 @@ from agents import Agent, Model, ModelResponse, Runner, Usage, function_tool, se
 from agents.memory import Session  # noqa: E402
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText  # noqa: E402
 
-from chat_memory import AsyncChatMemory, ChatMemory, ConfigurationError, EventType, InvalidInputError  # noqa: E402
+from chat_memory import AsyncChatMemory, ChatMemory, ConfigurationError, Event, EventType, InvalidInputError, MemoryConfig  # noqa: E402
 from chat_memory.integrations.openai_agents import (  # noqa: E402
     ChatMemorySession,
     UnsupportedOperationError,
@@ -92,20 +92,17 @@ def test_items_map_to_events_and_back(sqlite_store, kind):
          "content": [{"type": "output_text", "text": "Order 7 shipped.", "annotations": []}]},
     ]
     run(session.add_items(items))
-    run(session.add_items(items[3:]))  # a retry: the ids (or the call's output id) are stored already
     events = view(session.memory).history("conv")
-    assert [e.type.value for e in events] == ["system", "user", "tool_call", "tool_result", "assistant"]
-    assert [e.id for e in events[2:]] == ["fc_1", "output:c1", "msg_1"]
-    assert events[2].arguments == {"id": 7}
+    assert [e.type.value for e in events] == ["system", "user", "assistant", "tool_call", "tool_result", "assistant"]
+    assert events[2].metadata["openai_item"] == items[2]  # a reasoning item, kept verbatim
+    assert "fc_1" not in {e.id for e in events} and events[3].tool_call_id == "c1"  # item ids are no identity
+    assert events[3].arguments == {"id": 7}
     got = run(session.get_items())
-    assert got == [
-        {"role": "system", "content": "Be brief."},
-        {"role": "user", "content": "Where is order 7?"},
-        {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": '{"id": 7}'},
-        {"type": "function_call_output", "call_id": "c1", "output": "shipped"},
-        {"role": "assistant", "content": "Order 7 shipped."},
-    ]
-    validate_openai_messages(as_chat_messages(got))
+    assert got == items  # replayed as given, ids and all, as the SDK's SQLiteSession does
+    run(session.add_items(items[3:]))  # the SDK's sessions append what they are given: so does this one
+    assert len(view(session.memory).history("conv")) == 9
+    assert run(session.get_items())[-3:] == items[3:]
+    check_items(got)
 
 
 def test_the_sdk_placeholder_id_is_no_identity_and_odd_arguments_replay_verbatim(memory_store):
@@ -120,9 +117,34 @@ def test_the_sdk_placeholder_id_is_no_identity_and_odd_arguments_replay_verbatim
     assert events[2].arguments == {} and events[2].metadata["raw_arguments"] == "[1, 2]"
 
 
-def test_unknown_item_types_are_refused_by_index():
-    with pytest.raises(InvalidInputError, match=r"items\[1\]\.type \('web_search_call'\)"):
-        events_from_items([{"role": "user", "content": "hi"}, {"type": "web_search_call", "id": "ws_1"}])
+def test_items_of_types_not_modelled_are_kept_as_opaque_assistant_events():
+    item = {"type": "web_search_call", "id": "ws_1", "status": "completed", "action": {"type": "search", "query": "x"}}
+    events = events_from_items([{"role": "user", "content": "hi"}, item])
+    assert events[1].type is EventType.ASSISTANT and events[1].metadata["openai_item"] == item
+    assert events[1].content == '[web_search_call] {"action": {"query": "x", "type": "search"}}'
+    with pytest.raises(InvalidInputError, match=r"items\[0\]\.call_id \(None\) must be a non-empty string"):
+        events_from_items([{"type": "function_call", "name": "f", "arguments": "{}"}])
+
+
+def test_an_output_whose_call_is_not_stored_is_kept_and_shown_as_a_note(memory_store, kind):
+    session = ChatMemorySession(memory_on(memory_store, kind), "conv")
+    orphan = {"type": "function_call_output", "call_id": "gone", "output": "late"}
+    run(session.add_items([{"role": "user", "content": "hi"}, orphan, {"role": "assistant", "content": "ok"}]))
+    got = run(session.get_items())
+    assert got[1]["role"] == "user" and "'gone'" in got[1]["content"] and got[1]["content"].endswith("late")
+    assert got[0] == {"role": "user", "content": "hi"} and got[2] == {"role": "assistant", "content": "ok"}
+    validate_openai_messages(as_chat_messages(got))
+    assert view(session.memory).history("conv")[1].metadata["openai_item"] == orphan
+
+
+def test_events_stored_without_an_item_are_rendered(memory_store):
+    memory = ChatMemory(memory_store)
+    memory.add("conv", [Event.user("hi"), Event.tool_call("f", {"a": 1}, call_id="c1"), Event.tool_result("c1", "no", is_error=True)])
+    assert ChatMemorySession(memory, "conv").items() == [
+        {"role": "user", "content": "hi"},
+        {"type": "function_call", "call_id": "c1", "name": "f", "arguments": '{"a": 1}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "Error: no"},
+    ]
 
 
 def test_a_limit_never_splits_a_call_from_its_output(memory_store, kind):
@@ -260,3 +282,15 @@ def test_a_runner_conversation_of_50_turns(request, store_fixture, kind):
     check_run(memory, model, agent_script.TURNS)
     for turn, earlier in agent_script.RECALL.items():
         assert agent_script.code(earlier) in answers[turn] and "archived" in answers[turn]
+
+
+def test_a_result_shown_as_a_stub_replays_its_item_with_the_stub_as_output(memory_store):
+    memory = ChatMemory(memory_store, MemoryConfig(compaction_strategy="token_count", compress_tool_results=True, min_tool_result_compress_tokens=10,
+                                                    keep_recent_tool_results=0, max_tokens=100))
+    session = ChatMemorySession(memory, "conv")
+    output = {"type": "function_call_output", "call_id": "c1", "output": "row " * 400}
+    session.add([{"role": "user", "content": "dump"}, {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"},
+                 output, {"role": "assistant", "content": "done"}])
+    got = session.items()
+    assert got[2]["call_id"] == "c1" and got[2]["output"].startswith("[Output shortened") and 'tool_call_id "c1"' in got[2]["output"]
+    assert memory.history("conv")[2].metadata["openai_item"] == output  # stored whole

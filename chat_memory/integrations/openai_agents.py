@@ -9,193 +9,121 @@ docs/integrations.md."""
 from __future__ import annotations
 
 import asyncio
-import json
-from collections.abc import Iterable, Sequence
-from typing import Any
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
 
 from . import missing_extra
 from ..backends.base import check_conversation_id
-from ..config import SummaryPlacement
-from ..errors import ChatMemoryError, InvalidEventError, InvalidInputError
+from ..errors import ChatMemoryError, ConfigurationError
 from ..events import Event
-from ..render.plan import Step, Text, plan, result_text
-from ..safe_json import MAX_DOCUMENT_DEPTH, JSONLimitError, check, loads
 from ..steps import Steps, call
 from ..tools import AsyncConversationSearchTool, AsyncFetchToolResultTool, ConversationSearchTool, FetchToolResultTool
 from .memory import AnyMemory, arun_memory, check_memory, run_sync
+from .openai_items import (
+    ERROR_PREFIX,
+    FAKE_ID,
+    ITEM_KEY,
+    MODELLED_TYPES,
+    OPAQUE_TEXT_CHARS,
+    OPAQUE_TEXT_FIELDS,
+    Item,
+    checked_items,
+    event_from_item,
+    events_from_items,
+    item_type,
+    items_from_window,
+    newest,
+    opaque_event,
+)
 
 try:
     from agents import FunctionTool, RunContextWrapper
     from agents.memory import SessionSettings
+    from agents.memory.session_settings import coerce_session_settings, resolve_session_limit
 except ImportError:  # pragma: no cover - exercised by the architecture test's subprocess
     raise missing_extra("openai-agents", "openai-agents") from None
 
-#: The SDK's placeholder id on items of models that give none (never an item's identity).
-FAKE_ID = "__fake_id__"
-#: Tool outputs carry no error flag: an error result is prefixed so the model knows.
-ERROR_PREFIX = "Error: "
-#: Items the model produced for itself that are not stored (see docs/integrations.md).
-SKIPPED_TYPES = frozenset({"reasoning"})
+T = TypeVar("T")
 
-Item = dict[str, Any]
+__all__ = [
+    "ERROR_PREFIX", "FAKE_ID", "ITEM_KEY", "MODELLED_TYPES", "OPAQUE_TEXT_CHARS", "OPAQUE_TEXT_FIELDS", "SETTINGS_KEYS",
+    "ChatMemorySession", "Item", "UnsupportedOperationError", "event_from_item", "events_from_items", "fetch_tool",
+    "function_tool", "items_from_window", "newest", "opaque_event", "search_tool", "session_settings_of",
+]
 
 
 class UnsupportedOperationError(ChatMemoryError, NotImplementedError):
     """The operation would delete a stored event: chat-memory's log is append-only."""
 
 
-def _content_text(content: Any, where: str) -> str:
-    """A message's text: a string as it is; the text parts of a content list joined (other
-    parts, such as images, as JSON so that nothing is silently lost)."""
-    if isinstance(content, str):
-        return content
-    if not isinstance(content, list):
-        raise InvalidInputError(f"{where}.content ({content!r}) must be a string or a list of content parts")
-    parts: list[str] = []
-    for part in content:
-        if isinstance(part, dict) and isinstance(part.get("text"), str):
-            parts.append(part["text"])
-        elif isinstance(part, dict) and isinstance(part.get("refusal"), str):
-            parts.append(part["refusal"])
-        else:
-            parts.append(json.dumps(part, ensure_ascii=False, sort_keys=True, default=str))
-    return "\n".join(parts)
+#: The keys a ``session_settings`` dict may hold (the fields of the SDK's ``SessionSettings``).
+SETTINGS_KEYS = tuple(f.name for f in dataclasses.fields(SessionSettings))
 
 
-def _identity(item: Item, fallback: str | None = None) -> dict[str, Any]:
-    item_id = item.get("id")
-    if isinstance(item_id, str) and item_id and item_id != FAKE_ID:
-        return {"id": item_id}
-    return {"id": fallback} if fallback else {}
-
-
-def event_from_item(item: Any, index: int = 0) -> Event | None:
-    """The event one Responses input item maps to; ``None`` for a skipped item (reasoning)."""
-    where = f"items[{index}]"
-    if hasattr(item, "model_dump"):
-        item = item.model_dump(exclude_unset=True)
-    if not isinstance(item, dict):
-        raise InvalidInputError(f"{where} ({item!r}) must be a Responses input item (a dict)")
-    kind = item.get("type", "message" if "role" in item else None)
-    if kind == "message":
-        role = item.get("role")
-        text = _content_text(item.get("content", ""), where)
-        if role == "user":
-            return Event.user(text, **_identity(item))
-        if role == "assistant":
-            return Event.assistant(text, **_identity(item))
-        if role in ("system", "developer"):
-            return Event.system(text, **_identity(item))
-        raise InvalidInputError(f"{where}.role ({role!r}) must be user, assistant, system or developer")
-    if kind == "function_call":
-        call_id, name, raw = item.get("call_id"), item.get("name"), item.get("arguments", "{}")
-        if not isinstance(call_id, str) or not call_id:
-            raise InvalidInputError(f"{where}.call_id ({call_id!r}) must be a non-empty string")
+def session_settings_of(value: SessionSettings | Mapping[str, Any] | None) -> SessionSettings | None:
+    """``value`` as the SDK's ``SessionSettings``, normalised as the SDK normalises its own (a
+    dict becomes ``SessionSettings(**value)``, so ``Runner.run`` can ``resolve`` it). An
+    unknown key, a value of the wrong type or a negative ``limit`` is a
+    :class:`ConfigurationError` naming it."""
+    if value is None or isinstance(value, SessionSettings):
+        settings = value
+    elif isinstance(value, Mapping):
+        unknown = sorted(str(k) for k in value if k not in SETTINGS_KEYS)
+        if unknown:
+            raise ConfigurationError(
+                f"session_settings: unknown key {', '.join(map(repr, unknown))} (SessionSettings accepts: "
+                f"{', '.join(SETTINGS_KEYS)})"
+            )
         try:
-            # text the model wrote: nested too deep, a huge integer or no JSON at all is kept
-            # as that text (replayed verbatim), as the SDK's SQLiteSession keeps it
-            arguments = loads(raw, f"{where}.arguments", MAX_DOCUMENT_DEPTH) if isinstance(raw, str) else raw
-        except JSONLimitError:
-            arguments = None
-        metadata = {} if isinstance(arguments, dict) else {"raw_arguments": str(raw)}  # replayed as the model wrote it
-        return Event.tool_call(
-            str(name), arguments if isinstance(arguments, dict) else {}, call_id=call_id,
-            metadata=metadata, **_identity(item, f"call:{call_id}"),
-        )
-    if kind == "function_call_output":
-        call_id = item.get("call_id")
-        if not isinstance(call_id, str) or not call_id:
-            raise InvalidInputError(f"{where}.call_id ({call_id!r}) must be a non-empty string")
-        output = item.get("output", "")
-        text = output if isinstance(output, str) else _content_text(output, f"{where}.output")
-        # one id per call: the SDK re-adding the same output (a retry) stores nothing twice
-        return Event.tool_result(call_id, text, **_identity(item, f"output:{call_id}"))
-    if kind in SKIPPED_TYPES:
-        return None
-    raise InvalidInputError(
-        f"{where}.type ({kind!r}) is not stored by chat-memory (messages, function_call and "
-        "function_call_output are; reasoning items are skipped)"
-    )
+            settings = coerce_session_settings(dict(value))
+        except (TypeError, ValueError) as exc:
+            raise ConfigurationError(f"session_settings ({dict(value)!r}) is not valid: {exc}") from None
+    else:
+        raise ConfigurationError(f"session_settings ({value!r}) must be a SessionSettings, a dict or None")
+    limit = settings.limit if settings is not None else None
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ConfigurationError(f"session_settings.limit ({limit!r}) must be None or a whole number, 0 or more")
+    return settings
 
 
-def events_from_items(items: Iterable[Any]) -> list[Event]:
-    """The events a list of Responses input items maps to, in order. An item nested more
-    than :data:`~chat_memory.safe_json.MAX_DOCUMENT_DEPTH` levels deep or holding an integer
-    of more than :data:`~chat_memory.safe_json.MAX_INT_DIGITS` digits refuses the whole list
-    with an :class:`InvalidEventError` naming it (the SDK's SQLiteSession, whose
-    ``json.dumps`` fails on such an item, stores none of the list either); a function call's
-    ``arguments`` text is a string and is stored whatever it holds."""
-    items = list(items)
-    for i, item in enumerate(items):
-        try:
-            check(item, f"items[{i}]", MAX_DOCUMENT_DEPTH)
-        except JSONLimitError as exc:
-            raise InvalidEventError(f"{exc}; nothing of this list was stored") from None
-    events = [event_from_item(item, i) for i, item in enumerate(items)]
-    return [e for e in events if e is not None]
-
-
-def items_from_window(
-    window: Sequence[Event], summary_placement: SummaryPlacement | str = SummaryPlacement.USER_MESSAGE
-) -> list[list[Item]]:
-    """A window as Responses input items, in groups that must stay together: a leading
-    ``system`` message (pinned events, and the summary with ``summary_placement="system_prompt"``),
-    user messages (the summary otherwise), and each assistant step (its texts and
-    ``function_call`` items, then one ``function_call_output`` per call, a synthetic error
-    output for a call without a result) as one group. Built on the renderers' plan, so the
-    rules of docs/rendering.md hold."""
-    shown = plan(window, None, summary_placement)
-    groups: list[list[Item]] = []
-    system = "\n\n".join(t for t in ("\n\n".join(shown.system), shown.system_summary) if t)
-    if system:
-        groups.append([{"role": "system", "content": system}])
-    for part in shown.parts:
-        groups.append([{"role": "user", "content": part.text}] if isinstance(part, Text) else _step(part))
-    return groups
-
-
-def _step(step: Step) -> list[Item]:
-    items: list[Item] = []
-    for block in step.blocks:
-        if isinstance(block, Text):
-            items.append({"role": "assistant", "content": block.text})
-        else:
-            raw = block.event.metadata.get("raw_arguments")
-            arguments = raw if isinstance(raw, str) else json.dumps(block.event.arguments or {}, ensure_ascii=False)
-            items.append({"type": "function_call", "call_id": block.id, "name": block.name, "arguments": arguments})
-    for call in step.calls:
-        content, is_error = result_text(call)
-        items.append({"type": "function_call_output", "call_id": call.id, "output": ERROR_PREFIX + content if is_error else content})
-    return items
-
-
-def newest(groups: list[list[Item]], limit: int | None) -> list[Item]:
-    """The newest whole groups with at most ``limit`` items in all (every group when ``limit``
-    is None). A function call never leaves without its output: when the newest group alone
-    is longer than ``limit``, it is returned whole."""
-    if limit is None:
-        return [item for group in groups for item in group]
-    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
-        raise InvalidInputError(f"limit ({limit!r}) must be None or a whole number, 0 or more")
-    kept: list[list[Item]] = []
-    count = 0
-    for group in reversed(groups):
-        if limit == 0 or (kept and count + len(group) > limit):
-            break
-        kept.append(group)
-        count += len(group)
-    return [item for group in reversed(kept) for item in group]
+async def _to_its_outcome(task: asyncio.Future[T]) -> T:
+    """Await ``task``; when the caller is cancelled, wait until the task has finished (a store
+    call in a thread cannot be stopped, and a native one is not interrupted halfway) before the
+    cancellation propagates, so that writes land in the order they were called."""
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        while not task.done():
+            try:
+                await asyncio.shield(task)
+            except asyncio.CancelledError:
+                continue  # cancelled again: the write still has to finish
+            except BaseException:  # noqa: BLE001 - its outcome is known; the cancellation wins
+                break
+        if not task.cancelled():
+            task.exception()  # retrieved: the caller is told of its cancellation, not of this
+        raise
 
 
 class ChatMemorySession:
-    """The SDK's ``Session`` protocol over one chat-memory conversation.
+    """The SDK's ``Session`` protocol over one chat-memory conversation, behaving as the SDK's
+    own sessions do (``SQLiteSession``):
 
-    ``get_items`` returns the window (not the whole log) as input items; with ``limit``, the
-    newest items cut only between whole steps, so a ``function_call`` is never separated from
-    its ``function_call_output``. ``add_items`` appends atomically (compaction runs as in
-    ``memory.add``). ``pop_item`` raises :class:`UnsupportedOperationError`: the log is
-    append-only (the SDK calls it only to roll back after a failed retry, and logs the error
-    and carries on). ``clear_session`` deletes the conversation.
+    - ``add_items`` appends every item it is given, in order, atomically, each as a new event
+      (an item's ``id`` is kept in the item, never used to skip or merge it: ids repeat);
+      items of types chat-memory does not model (hosted tools, reasoning, …) are kept verbatim
+      as opaque items. Compaction runs as in ``memory.add``.
+    - ``get_items`` replays the stored items as given, from the window (not the whole log):
+      the summary, and a synthetic output for a call without one, are the only items it makes.
+      ``limit`` (or ``session_settings.limit``) cuts only between whole steps, so a
+      ``function_call`` is never separated from its ``function_call_output``.
+    - ``session_settings`` is a ``SessionSettings`` or a dict, normalised and validated.
+    - A cancelled ``add_items``/``clear_session`` waits for its write to finish before the
+      ``CancelledError`` propagates.
+    - ``pop_item`` raises :class:`UnsupportedOperationError` (no store can remove its newest
+      event yet; the SDK calls it only to roll back after a failed retry, and logs the error
+      and carries on). ``clear_session`` deletes the conversation.
 
     ``memory`` is a :class:`~chat_memory.ChatMemory` (the async methods run it in a worker
     thread, ``asyncio.to_thread``) or an :class:`~chat_memory.AsyncChatMemory` (awaited on the
@@ -204,19 +132,36 @@ class ChatMemorySession:
     >>> result = await Runner.run(agent, "Hi", session=ChatMemorySession(memory, "conv-1"))
     """
 
-    def __init__(self, memory: AnyMemory, session_id: str, session_settings: SessionSettings | None = None) -> None:
+    def __init__(self, memory: AnyMemory, session_id: str,
+                 session_settings: SessionSettings | Mapping[str, Any] | None = None) -> None:
         self.memory = check_memory(memory, "ChatMemorySession")
         self.session_id = check_conversation_id(session_id)
-        self.session_settings = session_settings
+        self.session_settings = session_settings  # type: ignore[assignment]  # normalised by the setter
+
+    @property
+    def session_settings(self) -> SessionSettings | None:
+        """The settings the Runner reads (``limit``: the default of ``get_items``)."""
+        return self._session_settings
+
+    @session_settings.setter
+    def session_settings(self, value: SessionSettings | Mapping[str, Any] | None) -> None:
+        self._session_settings = session_settings_of(value)
 
     def _items(self, limit: int | None) -> Steps[list[Item]]:
+        limit = resolve_session_limit(limit, self.session_settings)
+        if limit is not None:
+            newest([], limit)  # a bad limit is refused before anything is read
         window = yield from call("model_window", self.session_id)
         return newest(items_from_window(window, self.memory.config.summary_placement), limit)
 
     def _add(self, items: Sequence[Any]) -> Steps[None]:
-        events = events_from_items(items)
-        if events:
-            yield from call("add", self.session_id, events)
+        dicts = checked_items(items)
+        if not dicts:
+            return
+        window: list[Event] = []
+        if any(item_type(item) in ("function_call", "function_call_output") for item in dicts):
+            window = yield from call("window", self.session_id)  # tool ids are decided against it
+        yield from call("add", self.session_id, events_from_items(dicts, window))
 
     def items(self, limit: int | None = None) -> list[Item]:
         """:meth:`get_items`, synchronously (a ``ChatMemory`` only)."""
@@ -224,18 +169,20 @@ class ChatMemorySession:
 
     def add(self, items: Sequence[Any]) -> None:
         """:meth:`add_items`, synchronously (a ``ChatMemory`` only)."""
-        run_sync(self.memory, self._add(items), "ChatMemorySession.add()", "await session.add_items()")
+        run_sync(self.memory, self._add(list(items)), "ChatMemorySession.add()", "await session.add_items()")
 
     async def get_items(self, limit: int | None = None) -> list[Item]:
-        """The window as Responses input items, the newest ``limit`` whole steps' worth."""
+        """The window as Responses input items, the newest ``limit`` (default:
+        ``session_settings.limit``) items' worth of whole steps."""
         return await arun_memory(self._items(limit), self.memory)
 
     async def add_items(self, items: list[Any]) -> None:
-        """Store ``items`` in order, atomically; an item already in the window is not stored again."""
-        await arun_memory(self._add(list(items)), self.memory)
+        """Append ``items`` in order, atomically, every one of them (as the SDK's sessions do)."""
+        steps = self._add(list(items))
+        await _to_its_outcome(asyncio.ensure_future(arun_memory(steps, self.memory)))
 
     async def pop_item(self) -> Item | None:
-        """Refused: chat-memory never deletes a stored event (see the class docstring)."""
+        """Refused: chat-memory cannot remove a stored event yet (see the class docstring)."""
         raise UnsupportedOperationError(
             f"pop_item on session {self.session_id!r}: chat-memory's log is append-only and cannot "
             "remove its newest item; use clear_session() to delete the conversation"
@@ -243,7 +190,7 @@ class ChatMemorySession:
 
     async def clear_session(self) -> None:
         """Delete the conversation: window, summary and archive."""
-        await arun_memory(call("clear", self.session_id), self.memory)
+        await _to_its_outcome(asyncio.ensure_future(arun_memory(call("clear", self.session_id), self.memory)))
 
 
 def function_tool(tool: ConversationSearchTool | FetchToolResultTool) -> FunctionTool:
