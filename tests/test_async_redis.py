@@ -281,3 +281,34 @@ def test_more_concurrent_conversations_than_connections_queue_for_one(redis_serv
     while connected() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert connected() == 0, "aclose() left pooled connections open"
+
+
+def test_one_store_serves_one_asyncio_run_after_another(url):
+    """A script (or a framework) that runs each request in a fresh ``asyncio.run()``: the
+    store's connections died with the first loop, and it opens new ones on the next."""
+    memory = AsyncChatMemory(open_async_store(url, threads=False), MemoryConfig(compaction_strategy="turn_window", max_turns=3))
+
+    async def turn_and_history(i: int) -> list[str]:
+        await memory.add("loops", [Event.user(f"q{i}"), Event.assistant(f"a{i}")])
+        return [e.content for e in await memory.history("loops")]
+
+    try:
+        assert asyncio.run(turn_and_history(1)) == ["q1", "a1"]
+        assert asyncio.run(turn_and_history(2)) == ["q1", "a1", "q2", "a2"]
+        assert asyncio.run(turn_and_history(3))[-2:] == ["q3", "a3"]
+    finally:
+        asyncio.run(memory.store.aclose())
+
+
+def test_a_client_passed_in_and_left_on_a_closed_loop_is_named(redis_url):
+    import redis.asyncio
+
+    async def first() -> AsyncRedisStore:
+        server, prefix = redis_url.split("?prefix=")
+        store = AsyncRedisStore(redis.asyncio.Redis.from_url(server), prefix=prefix)
+        await store.append("mine", [Event.user("hi")])
+        return store
+
+    store = asyncio.run(first())
+    with pytest.raises(ConfigurationError, match="event loop that is now closed"):
+        asyncio.run(store.append("mine", [Event.user("again")]))

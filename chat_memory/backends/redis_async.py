@@ -7,8 +7,9 @@ The two stores read and write the same data: a sync and an async process may sha
 
 from __future__ import annotations
 
+import asyncio
 import inspect
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 from ..errors import ConfigurationError
@@ -43,6 +44,11 @@ class AsyncRedisStore(RedisLayout, AsyncStore):
     schemes = RedisLayout.schemes
     driver_modules = ("redis.asyncio",)
     extra = "redis"
+    #: Builds a new client like the first one (set by :meth:`from_url`; None for a client
+    #: passed in): redis.asyncio's connections belong to the event loop that opened them.
+    _reopen: Callable[[], Any] | None = None
+    #: The event loop the client's connections were opened on (None before the first command).
+    _loop: asyncio.AbstractEventLoop | None = None
 
     def _is_cluster(self, client: Any) -> bool:
         redis = _driver()
@@ -64,21 +70,28 @@ class AsyncRedisStore(RedisLayout, AsyncStore):
         settings, driver_url, driver_options, cluster = driver_target(cls, url, options)
         errors = [redis.ConnectionError, redis.TimeoutError]
         driver_options = {"retry": retry(Retry, tuple(errors)), **driver_options}
-        if cluster:
-            client = redis.asyncio.cluster.RedisCluster.from_url(driver_url, **driver_options)
-        else:
+        if not cluster:
             driver_options.setdefault("retry_on_error", errors)
             driver_options.setdefault("max_connections", DEFAULT_MAX_CONNECTIONS)
+
+        def client() -> Any:
+            if cluster:
+                return redis.asyncio.cluster.RedisCluster.from_url(driver_url, **driver_options)
             # redis-py's default pool refuses a command when all its connections are busy
             # (MaxConnectionsError); a thousand conversations on one loop must queue instead
             pool = redis.asyncio.BlockingConnectionPool.from_url(driver_url, **driver_options)
-            client = redis.asyncio.Redis(connection_pool=pool)
-        return cls(client, owns_client=True, **settings)
+            return redis.asyncio.Redis(connection_pool=pool)
+
+        store = cls(client(), owns_client=True, **settings)
+        store._reopen = client
+        return store
 
     async def aclose(self) -> None:
         """Close the client if this store created it; a second call does nothing."""
         if self._owns_client and not self._closed:
             self._closed = True
+            if self._loop is not None and self._loop.is_closed():
+                return  # its connections were closed with their loop: nothing to await
             close = getattr(self.client, "aclose", None) or self.client.close  # aclose from redis 5.0.1
             await close()
             pool = getattr(self.client, "connection_pool", None)  # a cluster client has none
@@ -109,7 +122,27 @@ class AsyncRedisStore(RedisLayout, AsyncStore):
             await done
 
     async def _do(self, steps: Steps[Any]) -> Any:
+        self._follow_the_running_loop()
         return await arun(steps, self)
+
+    def _follow_the_running_loop(self) -> None:
+        """A store used from one ``asyncio.run()`` and then another (a script, a test, a
+        framework that runs each request in a fresh loop) finds its connections tied to a
+        loop that is closed: a store that made its client opens a new one on the running
+        loop (the old one's connections died with their loop); a client passed in cannot be
+        remade, which is said plainly instead of redis-py's "Event loop is closed"."""
+        loop = asyncio.get_running_loop()
+        if self._loop is loop:
+            return
+        if self._loop is not None and self._loop.is_closed():
+            if self._reopen is None:
+                raise ConfigurationError(
+                    "AsyncRedisStore: the redis.asyncio client passed in was used on an event loop that is now "
+                    "closed, and its connections cannot move to another; pass a client made on the running loop, "
+                    "or open the store with AsyncRedisStore.from_url / open_async_store (it reopens by itself)"
+                )
+            self.client = self._reopen()
+        self._loop = loop
 
     # -- the store protocol ------------------------------------------------------------------
 
