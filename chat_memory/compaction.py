@@ -6,8 +6,11 @@ The safety nets live here:
 - a summarizer that fails ``summarizer_failures_before_fallback`` times in a row, or while
   the window is over twice its limit, or that cannot work at all (no API key, unknown
   model), no longer holds the window hostage: the compaction archives without a new
-  summary. The previous summary stays, followed by a note of the gap; the archived events
-  stay searchable, and the next summary that succeeds is written over the gap's events too;
+  summary. The previous summary stays, followed by a note of the gap in plain words (the
+  summarizer's error goes to the log, ``stats()`` and the compaction record, never into the
+  model's window); the archived events stay searchable, and the next summary that succeeds
+  is written from the last real summary (never the note) plus the gap's events, each sent
+  once, with the gap's range;
 - a forced compaction (``compact(force=True)``, the overflow safety net) archives every turn
   but the newest whatever the strategy's limit says, with a summary when the strategy
   summarises (falling back as above) and otherwise a short stub that says how many events
@@ -32,6 +35,8 @@ from .events import Event, EventType
 from .strategies import Cut, Strategy
 from .steps import Sleep, Steps, Summarize, arun_memory, call, run
 from .summarizer import Summarizer
+from .summary_state import archive_tally as _archive_tally
+from .summary_state import real_summary_text
 from .tokens import TokenCounter, count_event_tokens
 
 log = logging.getLogger(__name__)
@@ -190,7 +195,7 @@ class Compactor:
         if not self.strategy.summarizes:
             if not force:
                 return None, self._record(snapshot, cut, None, forced=False)
-            stub = self._gap_summary(snapshot, cut, "a forced compaction, and this strategy writes no summaries")
+            stub = self._gap_summary(snapshot, cut, "a forced compaction; this strategy writes no summaries")
             return stub, self._record(snapshot, cut, stub, forced=True, fallback=True)
         assert self.summarizer is not None
         model = _model_name(self.summarizer)
@@ -207,7 +212,8 @@ class Compactor:
                 if not (force or over or failures >= self.config.summarizer_failures_before_fallback):
                     raise
                 reason = f"{type(exc).__name__}: {exc}"
-                stub = self._gap_summary(snapshot, cut, f"the summarizer failed {failures} time(s) in a row: {exc}")
+                attempts = "once" if failures == 1 else f"{failures} times in a row"
+                stub = self._gap_summary(snapshot, cut, f"the summarizer was unavailable: it failed {attempts}")
                 record = self._record(snapshot, cut, stub, forced=force, fallback=True, summarizer=model, reason=reason)
                 return stub, record
             else:
@@ -215,32 +221,40 @@ class Compactor:
                 seconds = round(time.monotonic() - started, 3)
                 return summary, self._record(snapshot, cut, summary, forced=force, summarizer=model, seconds=seconds)
         reason = f"{type(self._unusable).__name__}: {self._unusable}"
-        stub = self._gap_summary(snapshot, cut, f"the summarizer cannot work: {self._unusable}")
+        stub = self._gap_summary(snapshot, cut, "the summarizer cannot be used with its current settings")
         return stub, self._record(snapshot, cut, stub, forced=force, fallback=True, summarizer=model, reason=reason)
 
     def _summarize(self, cid: str, snapshot: Snapshot, cut: Cut) -> Steps[Event]:
-        """A new summary of the previous one plus the cut's events, and of the events of any
-        gap an earlier fallback left (read back from the archive), so the gap closes."""
+        """A new summary of the last real summary (never a gap note) plus the cut's events, and
+        of the events of any gap an earlier fallback left (read back from the archive, each
+        once, oldest first), so the gap closes; the summarizer is told the gap's range."""
         assert self.summarizer is not None
         previous = snapshot.window.summary
         events = list(cut.archived)
+        gap: tuple[int, int] | None = None
         gap_from = previous.metadata.get("unsummarized_from_seq") if previous is not None else None
         if isinstance(gap_from, int):
-            gap = [
-                e
+            first_cut = cut.archived[0].seq or 0
+            unsummarized = {
+                e.seq: e
                 for e in (yield from call("history", cid))
-                if e.archived and e.type in _REAL and gap_from <= (e.seq or 0) < (cut.archived[0].seq or 0)
-            ]
-            events = [*gap, *events]
-        text = yield Summarize(self.summarizer, previous.content if previous else None, events, self.strategy.upcoming(cut))
+                if e.archived and e.type in _REAL and gap_from <= (e.seq or 0) < first_cut
+            }
+            missed = [unsummarized[seq] for seq in sorted(unsummarized)]
+            if missed:
+                gap = (missed[0].seq or 0, missed[-1].seq or 0)
+            events = [*missed, *events]
+        upcoming = self.strategy.upcoming(cut)
+        text = yield Summarize(self.summarizer, real_summary_text(previous), events, upcoming, gap)
         earlier = int(previous.metadata.get("summarized_events", 0)) if previous else 0
-        summary = Event.summary(
-            text, metadata={"summarized_through_seq": cut.through_seq, "summarized_events": len(cut.archived) + earlier}
-        )
+        metadata = {"summarized_through_seq": cut.through_seq, "summarized_events": len(cut.archived) + earlier}
+        summary = Event.summary(text, metadata={**metadata, **_archive_tally(snapshot, cut)})
         return summary.model_copy(update={"tokens": count_event_tokens(summary, self.token_counter)})
 
     def _gap_summary(self, snapshot: Snapshot, cut: Cut, why: str) -> Event:
-        """The previous summary (if any) followed by a note of the events archived unsummarised."""
+        """The last real summary (if any) followed by a note of the events archived
+        unsummarised. ``why`` is in plain words: the model reads it; the summarizer's error
+        text (often a provider's raw JSON) stays in the log, ``stats()`` and the record."""
         previous = snapshot.window.summary
         first, last = cut.archived[0].seq or 0, cut.through_seq
         gap_from = previous.metadata.get("unsummarized_from_seq") if previous is not None else None
@@ -249,14 +263,15 @@ class Compactor:
             f"[Events #{start}–#{last} were archived without being summarized ({why}). They are stored and "
             "searchable: call conversation_search to find what they said.]"
         )
-        body = ""
-        if previous is not None and not previous.content.startswith("[Events #"):
-            body = previous.content.split("\n\n[Events #", 1)[0]
+        body = real_summary_text(previous) or ""
         metadata = dict(previous.metadata) if previous is not None else {}
         metadata.update(
             unsummarized_from_seq=start,
             summarized_through_seq=last,
             summarized_events=int(metadata.get("summarized_events", 0)) + len(cut.archived),
+            # where the real summary ends in the content: the next summary is written from it alone
+            summary_chars=len(body),
+            **_archive_tally(snapshot, cut),
         )
         stub = Event.summary(f"{body}\n\n{note}" if body else note, metadata=metadata)
         return stub.model_copy(update={"tokens": count_event_tokens(stub, self.token_counter)})

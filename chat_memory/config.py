@@ -111,7 +111,9 @@ class MemoryConfig(BaseModel):
     max_tool_result_tokens: int | None = None
     #: what a compaction leaves, as a fraction of the strategy's limit: below 1 the window
     #: then grows for several turns with an unchanged prefix, which a prompt cache serves at
-    #: a tenth of the price; 0.5 measured cheapest for its context (docs/prompt-caching.md)
+    #: a tenth of the price; 0.5 measured cheapest for its context (docs/prompt-caching.md).
+    #: Never fewer than the newest 2 turns when the limit itself allows them (a turn window
+    #: of 3 keeps 2 turns, not 1; docs/lean-window.md, "Small windows")
     compact_to_ratio: float = 0.5
 
     def __init__(self, **data: Any) -> None:

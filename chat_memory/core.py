@@ -20,6 +20,7 @@ from .search import SearchHit, SearchPage, SearchQuery, check_tool_call_id
 from .steps import Steps, call
 from .strategies import Strategy, strategy_for
 from .summarizer import Summarizer, as_summarizer
+from .summary_state import archived_counts
 from .tokens import TokenCounter, count_event_tokens, default_token_counter, truncate_tool_result
 
 log = logging.getLogger("chat_memory.engine")
@@ -27,7 +28,11 @@ log = logging.getLogger("chat_memory.engine")
 
 @dataclass(frozen=True)
 class MemoryStats:
-    """Counts for one conversation."""
+    """Counts for one conversation. ``archived_events`` counts archived events that are not
+    summaries: real events and superseded pinned system events, so ``active_events +
+    archived_events`` is every real event added while no pin was superseded and the archive
+    cap dropped nothing; ``archived_summaries`` counts the replaced summaries kept in the
+    archive (docs/lean-window.md)."""
 
     active_events: int
     archived_events: int
@@ -35,6 +40,7 @@ class MemoryStats:
     window_tokens: int
     version: int
     last_compaction_error: str | None
+    archived_summaries: int = 0
 
 
 class MemoryCore:
@@ -153,9 +159,11 @@ class MemoryCore:
 
     def stats(self, conversation_id: str) -> Steps[MemoryStats]:
         snapshot = yield from call("load", check_conversation_id(conversation_id))
+        archived, summaries = yield from archived_counts(snapshot.conversation_id, snapshot)
         return MemoryStats(
             active_events=len(snapshot.window.active),
-            archived_events=snapshot.archived_count,
+            archived_events=archived,
+            archived_summaries=summaries,
             turns=snapshot.window.turn_count(),
             window_tokens=snapshot.window.tokens(),
             version=snapshot.version,

@@ -38,6 +38,8 @@ class Summarize:
     previous: str | None
     events: list[Event]
     upcoming: list[Event]
+    #: the seqs (first, last) of ``events`` archived earlier without a summary, if any
+    gap: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,7 @@ def _do(step: Step, store: Any) -> Any:
     if isinstance(step, StoreCall):
         return getattr(store, step.method)(*step.args)
     if isinstance(step, Summarize):
-        return run_summarizer(step.summarizer, step.previous, step.events, step.upcoming)
+        return run_summarizer(step.summarizer, step.previous, step.events, step.upcoming, gap=step.gap)
     time.sleep(step.seconds)
     return None
 
@@ -105,7 +107,7 @@ async def _ado(step: Step, store: Any) -> Any:
     if isinstance(step, StoreCall):
         return await getattr(store, step.method)(*step.args)
     if isinstance(step, Summarize):
-        return await arun_summarizer(step.summarizer, step.previous, step.events, step.upcoming)
+        return await arun_summarizer(step.summarizer, step.previous, step.events, step.upcoming, gap=step.gap)
     await asyncio.sleep(step.seconds)
     return None
 

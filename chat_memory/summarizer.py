@@ -35,7 +35,14 @@ tools or repeat actions.
 
 @runtime_checkable
 class Summarizer(Protocol):
-    """Anything that can fold archived events into a summary."""
+    """Anything that can fold archived events into a summary.
+
+    ``previous`` is always the last summary a summarizer wrote (never the engine's note of a
+    gap). A summarizer whose ``summarize`` also takes a keyword ``gap`` (or ``**kwargs``) is
+    told, after a fallback (docs/safety-nets.md), ``gap=(first_seq, last_seq)``: the first
+    of ``events`` in that seq range were archived earlier without a summary, so ``previous``
+    does not cover them. Others are called with the three arguments only.
+    """
 
     def summarize(self, previous: str | None, events: list[Event], upcoming: list[Event]) -> str:
         """A new summary of ``previous`` plus ``events``; ``upcoming`` is context only."""
@@ -68,11 +75,36 @@ def as_summarizer(candidate: Any) -> Summarizer | None:
     )
 
 
-def run_summarizer(summarizer: Summarizer, previous: str | None, events: list[Event], upcoming: list[Event]) -> str:
-    """Call the summarizer; any failure or an empty answer becomes :class:`SummarizerError`
-    (a :class:`ConfigurationError`, which says it can never work, passes through)."""
+def accepts_gap(summarizer: Any) -> bool:
+    """Whether ``summarizer.summarize`` (or an adapted function) takes a ``gap`` keyword."""
+    target = summarizer.function if isinstance(summarizer, FunctionSummarizer) else getattr(summarizer, "summarize", None)
     try:
-        text = summarizer.summarize(previous, events, upcoming)
+        parameters = inspect.signature(target).parameters.values()  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return False
+    return any(
+        p.kind is inspect.Parameter.VAR_KEYWORD
+        or (p.name == "gap" and p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD))
+        for p in parameters
+    )
+
+
+def _gap_keyword(summarizer: Any, gap: tuple[int, int] | None) -> dict[str, Any]:
+    return {"gap": gap} if gap is not None and accepts_gap(summarizer) else {}
+
+
+def run_summarizer(
+    summarizer: Summarizer, previous: str | None, events: list[Event], upcoming: list[Event], gap: tuple[int, int] | None = None
+) -> str:
+    """Call the summarizer (with ``gap`` when it takes that keyword); any failure or an empty
+    answer becomes :class:`SummarizerError` (a :class:`ConfigurationError`, which says it can
+    never work, passes through)."""
+    extra = _gap_keyword(summarizer, gap)
+    try:
+        if isinstance(summarizer, FunctionSummarizer):
+            text = summarizer.function(previous, events, upcoming, **extra)
+        else:
+            text = summarizer.summarize(previous, events, upcoming, **extra)
     except (SummarizerError, ConfigurationError):  # a ConfigurationError: it can never work
         raise
     except Exception as exc:
@@ -80,14 +112,18 @@ def run_summarizer(summarizer: Summarizer, previous: str | None, events: list[Ev
     return checked_summary(text)
 
 
-async def arun_summarizer(summarizer: Any, previous: str | None, events: list[Event], upcoming: list[Event]) -> str:
+async def arun_summarizer(
+    summarizer: Any, previous: str | None, events: list[Event], upcoming: list[Event], gap: tuple[int, int] | None = None
+) -> str:
     """:func:`run_summarizer` for the async API: an ``async def summarize`` (or an async
     function) is awaited; a sync one runs in a worker thread, never on the event loop."""
+    extra = _gap_keyword(summarizer, gap)
+    function = summarizer.function if isinstance(summarizer, FunctionSummarizer) else summarizer.summarize
     try:
         if _is_async(summarizer):
-            text = await summarizer.summarize(previous, events, upcoming)
+            text = await function(previous, events, upcoming, **extra)
         else:
-            text = await asyncio.to_thread(summarizer.summarize, previous, events, upcoming)
+            text = await asyncio.to_thread(function, previous, events, upcoming, **extra)
     except (SummarizerError, ConfigurationError):
         raise
     except Exception as exc:
@@ -129,10 +165,19 @@ def render_transcript(events: Sequence[Event]) -> str:
     return "\n".join(lines)
 
 
-def summary_request(previous: str | None, events: Sequence[Event], upcoming: Sequence[Event]) -> str:
-    """The user message sent to the summarizer model."""
-    parts = [
-        "<previous_summary>\n" + (previous or "(none yet)") + "\n</previous_summary>",
+def summary_request(
+    previous: str | None, events: Sequence[Event], upcoming: Sequence[Event], gap: tuple[int, int] | None = None
+) -> str:
+    """The user message sent to the summarizer model. ``gap``: the seqs of the first events
+    that were archived earlier without a summary (the previous summary does not cover them)."""
+    parts = ["<previous_summary>\n" + (previous or "(none yet)") + "\n</previous_summary>"]
+    if gap is not None:
+        parts.append(
+            f"<gap>\nEvents #{gap[0]}–#{gap[1]} were archived earlier while no summary could be written, so the "
+            "previous summary does not cover them. They are the first of the events below: summarise them "
+            "with the rest.\n</gap>"
+        )
+    parts += [
         "<events_to_summarize>\n" + render_transcript(events) + "\n</events_to_summarize>",
     ]
     if upcoming:
@@ -202,12 +247,14 @@ class AnthropicSummarizer:
             return self.client.with_options(timeout=self.timeout, max_retries=self.max_retries)
         return self.client
 
-    def _request(self, previous: str | None, events: list[Event], upcoming: list[Event]) -> dict[str, Any]:
+    def _request(
+        self, previous: str | None, events: list[Event], upcoming: list[Event], gap: tuple[int, int] | None = None
+    ) -> dict[str, Any]:
         return {
             "model": self.model,
             "max_tokens": self.max_tokens,
             "system": SUMMARY_SYSTEM_PROMPT,
-            "messages": [{"role": "user", "content": summary_request(previous, events, upcoming)}],
+            "messages": [{"role": "user", "content": summary_request(previous, events, upcoming, gap)}],
         }
 
     def _never_works(self, exc: Exception) -> ConfigurationError | None:
@@ -223,9 +270,12 @@ class AnthropicSummarizer:
             raise SummarizerError(f"{self.model} returned no summary text (stop_reason={response.stop_reason!r})")
         return text.strip()
 
-    def summarize(self, previous: str | None, events: list[Event], upcoming: list[Event]) -> str:
+    def summarize(
+        self, previous: str | None, events: list[Event], upcoming: list[Event], gap: tuple[int, int] | None = None
+    ) -> str:
+        """A new summary of ``previous`` plus ``events`` (see :class:`Summarizer` for ``gap``)."""
         try:
-            response = self._bounded_client().messages.create(**self._request(previous, events, upcoming))
+            response = self._bounded_client().messages.create(**self._request(previous, events, upcoming, gap))
         except Exception as exc:
             never = self._never_works(exc)
             if never is None:
@@ -241,9 +291,12 @@ class AsyncAnthropicSummarizer(AnthropicSummarizer):
 
     _client_class = "AsyncAnthropic"
 
-    async def summarize(self, previous: str | None, events: list[Event], upcoming: list[Event]) -> str:  # type: ignore[override]
+    async def summarize(  # type: ignore[override]
+        self, previous: str | None, events: list[Event], upcoming: list[Event], gap: tuple[int, int] | None = None
+    ) -> str:
+        """A new summary of ``previous`` plus ``events`` (see :class:`Summarizer` for ``gap``)."""
         try:
-            response = await self._bounded_client().messages.create(**self._request(previous, events, upcoming))
+            response = await self._bounded_client().messages.create(**self._request(previous, events, upcoming, gap))
         except Exception as exc:
             never = self._never_works(exc)
             if never is None:

@@ -12,7 +12,7 @@ history = ChatMemoryHistory(memory, "conv-1")
 history.add_messages([HumanMessage("Our new service is code-named Bluefin."), AIMessage("Noted.")])
 for i in range(5):
     history.add_messages([HumanMessage(f"Question {i}"), AIMessage(f"Answer {i}")])
-print(len(history.messages))  # 6: the newest 3 turns (over 3, it compacts to half: compact_to_ratio)
+print(len(history.messages))  # 4: the newest 2 turns (over 3 it compacts to half, never below 2 turns)
 search, fetch = search_tools(memory, "conv-1")  # StructuredTools for create_agent(tools=...)
 print(search.invoke({"keyword": "bluefin"}))  # found in the archive
 
@@ -20,4 +20,4 @@ print(search.invoke({"keyword": "bluefin"}))  # found in the archive
 model = GenericFakeChatModel(messages=iter([AIMessage("It is code-named Bluefin.")]))
 agent = create_agent(model, tools=[], middleware=[ChatMemoryMiddleware(memory, conversation_id="conv-1")])
 agent.invoke({"messages": [HumanMessage("What is the service called?")]})
-print(memory.stats("conv-1").archived_events)  # 12
+print(memory.stats("conv-1").archived_events)  # 8

@@ -276,7 +276,9 @@ def check_window(memory: ChatMemory, conversation_id: str, history: list[Event],
     check_tool_pairing(active)
     archived = [e for e in history if e.archived]
     assert {e.seq for e in active} == {e.seq for e in history if e.is_real and not e.archived}
-    assert memory.stats(conversation_id).archived_events == len(archived)
+    stats = memory.stats(conversation_id)
+    summaries = sum(e.type is EventType.SUMMARY for e in archived)
+    assert (stats.archived_events, stats.archived_summaries) == (len(archived) - summaries, summaries)
     if compacted:
         limits(memory, active)
 

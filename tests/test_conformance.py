@@ -68,7 +68,8 @@ def test_window_is_pinned_then_summary_then_active(store):
     window = m.window("c")
     assert [e.type for e in window[:2]] == [EventType.SYSTEM, EventType.SUMMARY]
     assert all(e.is_real for e in window[2:])
-    assert window[1].content == "+4"
+    # the newest two turns (4 events) fit in max_events (4): the floor of two turns keeps them
+    assert window[1].content == "+2"
 
 
 def test_turn_window_keeps_whole_turns(store):
@@ -161,7 +162,8 @@ def test_summarizer_outage_loses_nothing_and_is_retried(store):
     state["down"] = False
     m.add("c", turn("q4"))
     stats = m.stats("c")
-    assert stats.last_compaction_error is None and stats.archived_events == 8
+    # five turns: the newest two (4 events, within max_events) stay, the other six are archived
+    assert stats.last_compaction_error is None and (stats.archived_events, stats.active_events) == (6, 4)
     assert [e.content for e in m.history("c") if e.type is EventType.USER] == [f"q{i}" for i in range(5)]
 
 

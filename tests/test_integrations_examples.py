@@ -12,8 +12,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = {
-    "langchain_memory.py": ("langchain.agents", ["6", "archived] Our new service is code-named Bluefin.", "12"]),
-    "openai_agents_session.py": ("agents", ["[{'role': 'assistant', 'content': 'It has shipped.'}]", "conversation_search"]),
+    "langchain_memory.py": ("langchain.agents", ["4\n", "archived] Our new service is code-named Bluefin.", "\n8\n"]),
+    "openai_agents_session.py": ("agents", ["[{'role': 'assistant', 'content': [{'type': 'output_text', 'text': 'It has shipped.'}]}]", "conversation_search"]),
     "library_quickstart.py": ("chat_memory", []),
 }
 

@@ -13,7 +13,7 @@ from bench.cache_model import PrefixCache, keep_facts, run_chat_memory, transcri
 from chat_memory import ChatMemory, ConfigurationError, Event, MemoryConfig, to_anthropic
 from chat_memory.backends.in_memory import InMemoryStore
 from chat_memory.events import Window, turn_starts
-from chat_memory.strategies.base import compact_target
+from chat_memory.strategies.base import MIN_KEPT_TURNS, compact_target
 
 LIMITS = {
     "turn_window": ("max_turns", lambda w: len(turn_starts(w.active)), st.integers(1, 6)),
@@ -73,7 +73,8 @@ def test_compaction_goes_down_to_the_ratio_and_leaves_the_prefix_alone_until_the
             assert now == before[len(before) - len(now):], "a compaction archives a prefix, nothing else"
             grown = Window(active=(*previous.active, window.active[-1]), pinned=previous.pinned, summary=previous.summary)
             assert measure(grown) > limit, "the trigger is the limit itself, not the ratio"
-            assert measure(window) <= target or len(turn_starts(window.active)) == 1, (
+            # over the ratio's target only to keep the newest MIN_KEPT_TURNS turns (within the limit)
+            assert measure(window) <= target or len(turn_starts(window.active)) <= MIN_KEPT_TURNS, (
                 f"{strategy}: {measure(window)} > {target} ({ratio} of {limit}) after a compaction"
             )
         previous = window

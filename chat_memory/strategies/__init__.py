@@ -7,11 +7,13 @@ package imports the built-in ones. A strategy of your own is a subclass in your 
 from __future__ import annotations
 
 from .base import (
+    MIN_KEPT_TURNS,
     SUPERSEDING_TURNS,
     Cut,
     Strategy,
     choose_cut,
     is_superseded,
+    keep_min_turns,
     safe_cuts,
     strategy_class,
     strategy_for,
@@ -26,6 +28,7 @@ from .auto_compact import AutoCompact
 
 __all__ = [
     "AutoCompact",
+    "MIN_KEPT_TURNS",
     "SUPERSEDING_TURNS",
     "Cut",
     "NoCompaction",
@@ -36,6 +39,7 @@ __all__ = [
     "TurnWindow",
     "choose_cut",
     "is_superseded",
+    "keep_min_turns",
     "safe_cuts",
     "strategy_class",
     "strategy_for",

@@ -137,6 +137,36 @@ def compact_target(limit: int, ratio: float) -> int:
     return max(1, math.floor(limit * ratio + 1e-9))
 
 
+#: The fewest whole turns a compaction leaves when the strategy's limit allows that many: the
+#: model then always sees at least the exchange before the current one. ``compact_to_ratio``
+#: can ask for less (a turn window of 3 at 0.5 would keep 1 turn); the floor wins over the
+#: ratio, never over the limit itself (docs/lean-window.md, "Small windows").
+MIN_KEPT_TURNS = 2
+
+
+def keep_min_turns(active: Sequence[Event], required: int, within: int) -> int:
+    """``required`` (events to archive to reach the ratio's target) lowered so that the newest
+    :data:`MIN_KEPT_TURNS` turns stay, but never below ``within`` (events to archive to be
+    within the strategy's limit): a limit too small for that many turns still wins.
+
+    When a tool pair makes the floor's turn start unsafe, it is the nearest safe cut before
+    it that still brings the window within the limit (:func:`choose_cut` would otherwise
+    move the cut forward, past the floor); with none, the tool-pair rules win."""
+    starts = turn_starts(active)
+    if len(starts) <= MIN_KEPT_TURNS:
+        return required
+    floor = starts[-MIN_KEPT_TURNS]
+    if within > floor:
+        return required
+    target = min(required, floor)
+    safe = safe_cuts(active)
+    after = next((c for c in safe if c >= target), None)
+    if after is not None and after <= floor:
+        return target
+    before = [c for c in safe if within <= c <= floor]
+    return before[-1] if before else target
+
+
 _REGISTRY: dict[str, type[Strategy]] = {}
 
 
@@ -156,7 +186,8 @@ class Strategy(ABC):
       superseded: :data:`SUPERSEDING_TURNS` newer turns have started after its turn;
     - a compaction goes down to ``compact_to_ratio`` of the limit (:func:`compact_target`;
       the trigger stays the limit itself), so between compactions the window's leading
-      events do not change;
+      events do not change; but it leaves at least the newest :data:`MIN_KEPT_TURNS` turns
+      whenever they are within the limit itself (:func:`keep_min_turns`);
     - the window stays bounded: after a compaction it is within the strategy's limit or
       holds at most the newest :data:`SUPERSEDING_TURNS` turns. Only when tool pairs chain
       every turn to the next (results that keep arriving a turn late) does this bound

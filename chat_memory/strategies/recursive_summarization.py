@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import ConfigurationError
 from ..events import Event, Window
-from .base import Cut, Strategy, choose_cut, compact_target
+from .base import Cut, Strategy, choose_cut, compact_target, keep_min_turns
 
 if TYPE_CHECKING:
     from ..config import MemoryConfig
@@ -14,8 +14,9 @@ if TYPE_CHECKING:
 
 class RecursiveSummarization(Strategy):
     """Over ``max_events`` active real events, keep the newest ``max_events_to_keep``, or
-    ``compact_to_ratio`` of ``max_events`` when that is fewer (cut at a turn start), and summarise the rest, with the previous summary, into a new
-    summary. The gap between the two limits is the hysteresis that keeps the summarizer
+    ``compact_to_ratio`` of ``max_events`` when that is fewer (cut at a turn start), or more
+    to keep the newest ``MIN_KEPT_TURNS`` (2) turns when they fit in ``max_events``, and
+    summarise the rest, with the previous summary, into a new summary. The gap between the two limits is the hysteresis that keeps the summarizer
     from running on every turn."""
 
     name = "recursive_summarization"
@@ -42,7 +43,8 @@ class RecursiveSummarization(Strategy):
         size = len(window.active)
         # its own lower mark already keeps the prefix stable; the ratio only lowers it further
         keep = min(self.config.max_events_to_keep, compact_target(self.config.max_events, self.config.compact_to_ratio))
-        return choose_cut(window.active, size - keep, within=size - self.config.max_events)
+        within = size - self.config.max_events
+        return choose_cut(window.active, keep_min_turns(window.active, size - keep, within), within=within)
 
     def pressure(self, window: Window) -> float:
         return len(window.active) / self.config.max_events

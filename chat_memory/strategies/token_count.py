@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from ..events import Window
-from .base import Cut, Strategy, choose_cut, compact_target
+from .base import Cut, Strategy, choose_cut, compact_target, keep_min_turns
 
 
 class TokenCount(Strategy):
     """Over ``max_tokens`` window tokens (pinned events and the summary included), archive
     the oldest turns until the window fits in ``compact_to_ratio`` of ``max_tokens``, or
-    only the newest turn is left."""
+    only the newest turn is left; it keeps the newest ``MIN_KEPT_TURNS`` (2) turns when the
+    window with them fits in ``max_tokens``."""
 
     name = "token_count"
     label = "Token count"
@@ -30,4 +31,5 @@ class TokenCount(Strategy):
             required += 1
             if within is None and total <= budget:
                 within = required
-        return choose_cut(window.active, required, within=required if within is None else within)
+        within = required if within is None else within
+        return choose_cut(window.active, keep_min_turns(window.active, required, within), within=within)
