@@ -272,6 +272,6 @@ def test_json_output_of_the_read_commands(url, capsys):
     stats = json.loads(run(["--url", url, "stats", "-c", "conv", "--json"], capsys)[1])
     assert stats["store"] == url and stats["active_events"] == 5 and stats["archived_events"] == 6
     assert set(stats) == {
-        "conversation", "store", "active_events", "archived_events", "turns", "window_tokens", "version",
+        "conversation", "store", "active_events", "archived_events", "archived_summaries", "turns", "window_tokens", "version",
         "last_compaction_error",
     }

@@ -11,7 +11,7 @@ from .. import MemoryStats
 from ..search import SearchPage, SearchQuery
 from .cli_text import json_text
 
-STATS_FIELDS = ("active_events", "archived_events", "turns", "window_tokens", "version", "last_compaction_error")
+STATS_FIELDS = ("active_events", "archived_events", "archived_summaries", "turns", "window_tokens", "version", "last_compaction_error")
 
 
 def dumps(value: Any) -> str:
