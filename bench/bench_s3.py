@@ -14,7 +14,6 @@ Timings on this kind of machine are noisy: read the ratios, not the absolute num
 from __future__ import annotations
 
 import argparse
-import logging
 import multiprocessing
 import os
 import statistics

@@ -35,8 +35,8 @@ INTERNALS = ("SELECT", "chat_memory_events", "db.internal.example", "10.9.8.7", 
 
 
 def storage_failure() -> StorageError:
-    driver = ConnectionError(f'connection to server at "db.internal.example" (10.9.8.7), port 5432 failed: FATAL: '
-                             f'password authentication failed for user "chat_admin" (password Hunter2-secret)')
+    driver = ConnectionError('connection to server at "db.internal.example" (10.9.8.7), port 5432 failed: FATAL: '
+                             'password authentication failed for user "chat_admin" (password Hunter2-secret)')
     try:
         raise StorageError(f"SQLStore.search failed: OperationalError: (psycopg.OperationalError) {driver} "
                            f"[SQL: {SQL}] [parameters: {{'p1': '%bluefin%'}}] (/var/lib/chat.db)") from driver

@@ -13,7 +13,7 @@ from typing import Any
 
 from .. import ChatMemory, Event, with_overflow_retry
 from ..safe_json import ECHO_CHARS, JSONLimitError, check, describe
-from ..tools import ConversationSearchTool, FetchToolResultTool, ToolOutput, failed
+from ..tools import ToolOutput, failed
 
 Tool = Any
 """A tool the agent can hand the model: ``name``, ``definition()`` (the Anthropic shape),
