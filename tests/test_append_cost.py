@@ -304,3 +304,68 @@ def test_the_redis_archive_cap_takes_dropped_events_out_of_the_tool_call_index(a
     calls = store._keys("c")[8]
     assert store.client.hlen(calls) == 2  # old-32 (archived, kept) and old-36 (active)
     assert [e.seq for e in store.find_tool_events("c", ["old-0", "old-32", "old-36"])] == [34, 35, 38, 39]
+
+
+# -- S3: requests and bytes on the wire ---------------------------------------------------
+
+
+class S3Traffic:
+    """Requests and body bytes (sent and received) of one boto3 client, while active."""
+
+    def __init__(self, client: Any) -> None:
+        self.requests = self.sent = self.received = 0
+        self.active = False
+        client.meta.events.register_first("before-send.s3", self._sent)
+        client.meta.events.register("after-call.s3", self._answered)
+        client.meta.events.register("after-call-error.s3", self._answered)
+
+    def _sent(self, request: Any, **_: Any) -> None:
+        if self.active:
+            self.requests += 1
+            self.sent += int(request.headers.get("Content-Length") or 0)
+
+    def _answered(self, http_response: Any = None, **_: Any) -> None:
+        if self.active and http_response is not None:
+            self.received += int(http_response.headers.get("Content-Length") or 0)
+
+    def add(self, memory: ChatMemory, cid: str, events: list[Event]) -> tuple[int, int]:
+        """``memory.add`` counted: (requests, bytes sent and received)."""
+        self.requests = self.sent = self.received = 0
+        self.active = True
+        try:
+            memory.add(cid, events)
+        finally:
+            self.active = False
+        return self.requests, self.sent + self.received
+
+
+#: What an S3 add may move at 30,000 events: the head (a tail of at most 256 events and one
+#: manifest entry with a Bloom filter per 256 sealed events, 135 KiB here) up and, for an add
+#: holding tool events, down (the tool-pair check reads it), plus the window segment (or a
+#: rare false positive of a filter) a look-up fetches. Measured: 1 request and 139 KB for a
+#: turn, 2-4 requests and 149-288 KB with tool events or a retry. The window every add
+#: wrote before is 4.7 MB.
+S3_BYTES = 512 * 1024
+
+
+def test_an_s3_add_at_30_000_events_moves_the_head_not_the_window(s3_server_store):
+    store = s3_server_store
+    events = long_history()
+    store.append("long", events)
+    head = store._read_head("long")[0]
+    window_bytes = sum(len(e.model_dump_json()) for e in store.load("long").window.active)
+    assert len(head.active) <= store.tail_events and len(head.window) == LONG // store.tail_events
+    memory = ChatMemory(store, NONE, token_counter=fixed_tokens)
+    traffic = S3Traffic(store.client)
+    call = Event.tool_call("lookup", {"q": "new"}, call_id="new-call")
+    for batch in (
+        [Event.user("one more question"), Event.assistant("one more answer")],
+        [call],
+        [Event.tool_result("new-call", "found it")],
+        [call],  # a retry: found in the tail
+        [events[5]],  # a retry of an event sealed long ago: found through its segment's filter
+    ):
+        requests, moved = traffic.add(memory, "long", batch)
+        assert requests <= 4 and moved <= S3_BYTES, (batch[0].type, requests, moved)
+    assert window_bytes > 8 * S3_BYTES
+    assert memory.stats("long").active_events == LONG + 4

@@ -224,7 +224,7 @@ def test_other_client_errors_surface_as_storage_error(s3_server_store):
 def test_a_head_in_an_unknown_format_is_a_schema_error(s3_mock_store):
     store = s3_mock_store
     store.client.put_object(Bucket=store.bucket, Key=store.layout.head("c"), Body=b'{"format": 99}')
-    with pytest.raises(SchemaError, match=r"format 99|version 99, newer than version 1"):
+    with pytest.raises(SchemaError, match=r"format 99|version 99, newer than version 2"):
         store.load("c")
     store.client.put_object(Bucket=store.bucket, Key=store.layout.head("c"), Body=b'["not", "a", "head"]')
     with pytest.raises(SchemaError, match="not a chat-memory S3 head object"):
@@ -253,7 +253,8 @@ def test_an_older_head_is_upgraded_when_read_and_written_back_by_the_next_write(
         reader.load("c")
     step = Migration(0, "the manifest moved to 'archive'; write ids", lambda doc: {
         **{k: v for k, v in doc.items() if k != "_segments0"}, "format": 1, "archive": doc["_segments0"], "writes": []})
-    monkeypatch.setattr(layout, "HEAD_FORMAT", dataclasses.replace(layout.HEAD_FORMAT, migrations=(step,)))
+    real = layout.HEAD_FORMAT.migrations  # 1 -> 2: window segments (written only when there are some)
+    monkeypatch.setattr(layout, "HEAD_FORMAT", dataclasses.replace(layout.HEAD_FORMAT, migrations=(step, *real)))
     upgraded = S3Store(s3_mock_client, "chat-memory-mock", "old-format")
     assert [(e.seq, e.content, e.archived) for e in upgraded.history("c")] == history
     assert upgraded.search("c", SearchQuery.build("q0")).total == 2  # "q0" and its reply: the archive is found through the old manifest
@@ -261,7 +262,7 @@ def test_an_older_head_is_upgraded_when_read_and_written_back_by_the_next_write(
     upgraded.append("c", [Event.user("next", tokens=1)])
     written = _stored_head(upgraded, "c")
     assert written["format"] == 1 and written["archive"] == current["archive"] and "_segments0" not in written
-    monkeypatch.setattr(layout, "HEAD_FORMAT", dataclasses.replace(layout.HEAD_FORMAT, migrations=()))
+    monkeypatch.setattr(layout, "HEAD_FORMAT", dataclasses.replace(layout.HEAD_FORMAT, migrations=real))
     assert S3Store(s3_mock_client, "chat-memory-mock", "old-format").load("c").last_seq == history[-1][0] + 1
 
 

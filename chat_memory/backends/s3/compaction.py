@@ -8,11 +8,12 @@ deletes the segments nothing references any more.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import ClassVar
 
 from ...events import Event
 from ..base import CompactionPlan, archived_copy
-from .layout import Head, SegmentRef, chunks, merge_start, segment_name, trim
+from .layout import Head, SegmentRef, bloom_of, chunks, merge_start, segment_name, trim
 from .objects import ConversationObjects, SegmentGone
 
 
@@ -24,12 +25,31 @@ class Compacting(ConversationObjects):
     compaction_records_kept: ClassVar[int]
     archive_cap: Callable[[CompactionPlan], int | None]
 
-    def _write_compacted(self, head: Head, etag: str | None, plan: CompactionPlan) -> bool | None:
+    def _write_compacted(
+        self, head: Head, etag: str | None, plan: CompactionPlan, window: list[list[Event]] | None = None
+    ) -> bool | None:
         """Store ``head`` (as read, or with events appended) with ``plan`` applied: new archive
-        segments first, then the head with If-Match ``etag`` (the stored head's). True when it
-        won; None when it lost a race (its new segments are deleted again)."""
+        segments first, then the head with If-Match ``etag`` (the stored head's). ``window``
+        holds the live events of each of the head's window segments when the caller read them.
+        True when it won; None when it lost a race (its new segments are deleted again)."""
         cap = self.archive_cap(plan)
-        moving = [e for e in head.active if (e.seq or 0) <= plan.archive_through_seq]
+        through = plan.archive_through_seq
+        written: list[str] = []
+        try:
+            parts = self._read_window_parts(head) if window is None else window
+        except SegmentGone:
+            return None
+        # window segments wholly archived are retired; one archived in part skips its first events
+        kept_window: list[SegmentRef] = []
+        retired_window: list[SegmentRef] = []
+        for ref, part in zip(head.window, parts):
+            gone = sum(1 for e in part if (e.seq or 0) <= through)
+            if gone == len(part):
+                retired_window.append(ref)
+            else:
+                kept_window.append(replace(ref, skip=ref.skip + gone) if gone else ref)
+        moving = [e for part in parts for e in part if (e.seq or 0) <= through]
+        moving += [e for e in head.active if (e.seq or 0) <= through]
         # superseded pins wait in the head until a compaction files them with the rest of the
         # archive, so that the cap drops the oldest archived events exactly (a pin superseded
         # long after it was written makes this one compaction rewrite the archive from it)
@@ -41,19 +61,20 @@ class Compacting(ConversationObjects):
             last_seq += 1
             summary = plan.summary.model_copy(update={"seq": last_seq, "archived": False})
         version = head.version + 1
-        written: list[str] = []
         try:
             segments, retired = self._rearchive(head, batch, cap, version, written)
             updated = head.evolve(
                 version=version,
                 last_seq=last_seq,
                 summary=summary,
-                active=tuple(e for e in head.active if (e.seq or 0) > plan.archive_through_seq),
+                active=tuple(e for e in head.active if (e.seq or 0) > through),
+                window=tuple(kept_window),
                 segments=tuple(segments),
                 unpinned=(),
                 compaction_error=None,
                 compactions=(*head.compactions, plan.record)[-self.compaction_records_kept :] if plan.record else head.compactions,
             )
+            updated = self._sealed(updated, written)
         except SegmentGone:
             # a segment to rewrite was retired by a compaction that won meanwhile
             self._delete_quietly(written)
@@ -66,7 +87,7 @@ class Compacting(ConversationObjects):
         if not won:
             self._delete_quietly(written)
             return None
-        self._delete_quietly([self.layout.segment_key(head, ref) for ref in retired])
+        self._delete_quietly([self.layout.segment_key(head, ref) for ref in (*retired, *retired_window)])
         return True
 
     def _rearchive(
@@ -93,7 +114,8 @@ class Compacting(ConversationObjects):
         retired += dropped
         for chunk in chunks(merged, self.segment_events):
             first, last = chunk[0].seq or 0, chunk[-1].seq or 0
-            ref = SegmentRef(name=segment_name(first, last, version), first_seq=first, last_seq=last, count=len(chunk))
+            name = segment_name(first, last, version)
+            ref = SegmentRef(name=name, first_seq=first, last_seq=last, count=len(chunk), bloom=bloom_of(chunk, calls_only=True))
             key = self.layout.segment_key(head, ref)
             self._write_segment(key, chunk)
             written.append(key)

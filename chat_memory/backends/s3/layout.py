@@ -10,6 +10,15 @@ active window, the compaction error) plus the archive manifest: the segment keys
 order, with their seq ranges and counts. Segments are written once and never modified;
 compaction writes new ones and swaps the manifest in the head with a conditional write.
 
+A long active window does not live in the head: once more than :data:`TAIL_EVENTS` active
+events pile up, the oldest are sealed into immutable *window segments* (same object format
+as archive segments, under the same generation folder, names starting with ``w``), and the
+head keeps only their manifest and its *tail* (the newest active events). Every segment's
+manifest entry carries a Bloom filter of its event ids and ``tool_call_id`` values, so an append
+or a tool-pair check finds a retried event or a tool call by fetching the one segment that
+may hold it instead of reading the window. A head with window segments is format 2; one
+without is still written as format 1 (readable by older chat-memory).
+
 Heads and segments carry a ``format`` number. A head in an older format is upgraded when it
 is read (:data:`HEAD_FORMAT`'s migrations) and stored in the current one by the
 conversation's next write; segments, written once, are upgraded each time they are read.
@@ -19,6 +28,7 @@ A newer format than this code knows is a :class:`SchemaError`.
 from __future__ import annotations
 
 import base64
+import functools
 import gzip
 import hashlib
 import json
@@ -28,13 +38,28 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...errors import SchemaError
-from ...events import Event, Window
+from ...events import Event, EventType, Window
 from ...search import search_text
 from ..base import Snapshot
-from ..migrations import StoredFormat
+from ..migrations import Migration, StoredFormat
+
+
+
+def _add_window(doc: dict[str, Any]) -> dict[str, Any]:
+    return {**doc, "format": 2, "window": doc.get("window", [])}
+
 
 #: The head object's format and the migrations of its JSON document (dict -> dict).
-HEAD_FORMAT: StoredFormat[dict[str, Any]] = StoredFormat("S3 head object", current=1)
+HEAD_FORMAT: StoredFormat[dict[str, Any]] = StoredFormat(
+    "S3 head object", current=2, migrations=(Migration(1, "window segments beside the head's tail", _add_window),)
+)
+#: Default of ``S3Store(tail_events=…)``: active events the head holds before the oldest are
+#: sealed into window segments of this many events each (the head then holds at most this many).
+TAIL_EVENTS = 256
+#: Bloom filter bits per key (an event id, or a ``tool_call_id``) and probes per key: a
+#: false positive (one useless segment ``GET``) about once in 1,700 look-ups per segment.
+BLOOM_BITS_PER_KEY = 16
+BLOOM_PROBES = 8
 #: The archive segments' format and the migrations of their JSON document (dict -> dict).
 SEGMENT_FORMAT: StoredFormat[dict[str, Any]] = StoredFormat("S3 archive segment", current=1)
 #: Longer encoded ids are replaced by a hash (the head keeps the id itself); S3 keys are
@@ -103,19 +128,80 @@ class SegmentRef:
     last_seq: int
     count: int
     skip: int = 0
+    #: base64 Bloom filter of the segment's keys (:func:`bloom_keys`; an archive segment's
+    #: holds only call ids, empty when it has no tool events); None: unknown (listed by an
+    #: older chat-memory), so any look-up must fetch it
+    bloom: str | None = field(default=None, compare=False)
 
     @property
     def live(self) -> int:
-        """How many of the segment's events still count as archived."""
+        """How many of the segment's events still count (as archived, or as active for a
+        window segment whose first events a compaction archived)."""
         return self.count - self.skip
+
+    @functools.cached_property
+    def _bits(self) -> bytes | None:
+        return None if self.bloom is None else base64.b64decode(self.bloom)
+
+    def may_hold(self, key: str) -> bool:
+        """False only when the segment surely holds no event with ``key`` (:func:`bloom_keys`)."""
+        bits = self._bits
+        if bits is None:
+            return True
+        if not bits:  # a filter of no keys
+            return False
+        size = len(bits) * 8
+        return all(bits[(p % size) >> 3] >> ((p % size) & 7) & 1 for p in _probes(key))
 
     def to_json(self) -> list[Any]:
         return [self.name, self.first_seq, self.last_seq, self.count, self.skip]
 
     @classmethod
-    def from_json(cls, item: list[Any]) -> SegmentRef:
-        name, first_seq, last_seq, count, skip = item
-        return cls(name=name, first_seq=first_seq, last_seq=last_seq, count=count, skip=skip)
+    def from_json(cls, item: list[Any], bloom: str | None = None) -> SegmentRef:
+        name, first_seq, last_seq, count, skip = item[:5]
+        return cls(name=name, first_seq=first_seq, last_seq=last_seq, count=count, skip=skip, bloom=bloom)
+
+
+def id_key(event_id: str) -> str:
+    return "i:" + event_id
+
+
+def call_key(tool_call_id: str) -> str:
+    return "c:" + tool_call_id
+
+
+def bloom_keys(event: Event) -> list[str]:
+    """What a segment's Bloom filter holds for ``event``: its id, and the ``tool_call_id`` of
+    a tool call or result."""
+    keys = [id_key(event.id)]
+    if event.type in (EventType.TOOL_CALL, EventType.TOOL_RESULT) and event.tool_call_id is not None:
+        keys.append(call_key(event.tool_call_id))
+    return keys
+
+
+def _probes(key: str) -> list[int]:
+    digest = hashlib.blake2b(key.encode("utf-8"), digest_size=4 * BLOOM_PROBES).digest()
+    return [int.from_bytes(digest[i : i + 4], "big") for i in range(0, 4 * BLOOM_PROBES, 4)]
+
+
+def bloom_of(events: Sequence[Event], calls_only: bool = False) -> str:
+    """The base64 Bloom filter of the events' keys (:func:`bloom_keys`; only the call ids when
+    ``calls_only``: archived events are looked up by call id, never by id). Empty when there
+    are no keys."""
+    keys = [key for event in events for key in bloom_keys(event) if not calls_only or key.startswith("c:")]
+    if not keys:
+        return ""
+    size = max(64, -(-BLOOM_BITS_PER_KEY * len(keys) // 64) * 64)
+    bits = bytearray(size // 8)
+    for key in keys:
+        for p in _probes(key):
+            bits[(p % size) >> 3] |= 1 << ((p % size) & 7)
+    return base64.b64encode(bytes(bits)).decode("ascii")
+
+
+def window_segment_name(first_seq: int, last_seq: int, version: int) -> str:
+    """A new window segment's name (``w`` sets it apart from archive segments in listings)."""
+    return "w" + segment_name(first_seq, last_seq, version)
 
 
 def _dump(event: Event) -> dict[str, Any]:
@@ -142,6 +228,8 @@ class Head:
     writes: tuple[str, ...] = ()
     #: the newest compaction records, oldest first (S3Store.compaction_records_kept of them)
     compactions: tuple[dict[str, Any], ...] = ()
+    #: sealed window segments, in seq order: the active events before ``active`` (the tail)
+    window: tuple[SegmentRef, ...] = field(default_factory=tuple)
 
     @classmethod
     def new(cls, conversation_id: str) -> Head:
@@ -153,12 +241,13 @@ class Head:
     def archived_count(self) -> int:
         return sum(ref.live for ref in self.segments) + len(self.unpinned)
 
-    def snapshot(self) -> Snapshot:
+    def snapshot(self, window_events: Sequence[Event] = ()) -> Snapshot:
+        """The snapshot, given the live events of the window segments (read by the caller)."""
         return Snapshot(
             conversation_id=self.conversation_id,
             version=self.version,
             last_seq=self.last_seq,
-            window=Window(pinned=self.pinned, summary=self.summary, active=self.active),
+            window=Window(pinned=self.pinned, summary=self.summary, active=(*window_events, *self.active)),
             archived_count=self.archived_count,
             compaction_error=self.compaction_error,
         )
@@ -168,7 +257,9 @@ class Head:
 
     def to_bytes(self) -> bytes:
         doc = {
-            "format": HEAD_FORMAT.current,
+            # without window segments, the format older chat-memory reads (and writes back
+            # without the Bloom filters, which only makes look-ups fetch more)
+            "format": HEAD_FORMAT.current if self.window else 1,
             "conversation_id": self.conversation_id,
             "generation": self.generation,
             "version": self.version,
@@ -181,7 +272,10 @@ class Head:
             "unpinned": [_dump(e) for e in self.unpinned],
             "writes": list(self.writes),
             "compactions": list(self.compactions),
+            "archive_blooms": [ref.bloom for ref in self.segments],
         }
+        if self.window:
+            doc["window"] = [[*ref.to_json(), ref.bloom] for ref in self.window]
         return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
     @classmethod
@@ -197,11 +291,20 @@ class Head:
             pinned=tuple(Event.model_validate(e) for e in doc["pinned"]),
             summary=Event.model_validate(doc["summary"]) if doc["summary"] is not None else None,
             active=tuple(Event.model_validate(e) for e in doc["active"]),
-            segments=tuple(SegmentRef.from_json(ref) for ref in doc["archive"]),
+            segments=_refs(doc["archive"], doc.get("archive_blooms")),
+            window=tuple(SegmentRef.from_json(ref, ref[5]) for ref in doc["window"]),
             writes=tuple(doc.get("writes", ())),
             unpinned=tuple(Event.model_validate(e) for e in doc.get("unpinned", ())),
             compactions=tuple(doc.get("compactions", ())),
         )
+
+
+def _refs(items: list[Any], blooms: Any) -> tuple[SegmentRef, ...]:
+    # blooms written beside a manifest that an older chat-memory has rewritten since are gone
+    # with it (it drops the key): a missing or misaligned list means "unknown"
+    if not isinstance(blooms, list) or len(blooms) != len(items):
+        blooms = [None] * len(items)
+    return tuple(SegmentRef.from_json(item, bloom) for item, bloom in zip(items, blooms))
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
 """The reads and writes of a conversation's objects in the bucket, which :class:`~.store.S3Store`
 is built on: the head, stored only by conditional ``PutObject`` (``If-Match`` its ETag, or
 ``If-None-Match: *`` to create it), with the write ids that tell a retried PUT's 412 from a
-lost race; the immutable archive segments (read concurrently, written once, deleted
-best-effort); and a consistent read of a head with its segments (:meth:`_with_archive`).
+lost race; the immutable archive and window segments (read concurrently, written once,
+deleted best-effort), the sealing of the head's overflowing tail into window segments
+(:meth:`_sealed`, :meth:`_commit`); the look-ups by id and call id through the segments'
+Bloom filters; and a consistent read of a head with its segments (:meth:`_consistently`).
 """
 
 from __future__ import annotations
@@ -10,22 +12,28 @@ from __future__ import annotations
 import itertools
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from ...errors import ConcurrencyError, StorageError
-from ...events import Event
+from ...events import Event, EventType
+from ..bookkeeping import archived_copy, tool_events
 from ..failures import Backoff
 from .cache import HeadCache
 from .client import is_conflict, is_missing, was_retried
-from .layout import Head, Layout, Segment, SegmentRef
+from .layout import Head, Layout, Segment, SegmentRef, bloom_of, call_key, chunks, id_key, window_segment_name
+
+T = TypeVar("T")
 
 #: How often a read re-reads the head when a segment it lists was removed meanwhile by a
 #: concurrent compaction.
 READ_ATTEMPTS = 8
 #: how many write ids a head remembers; more than the writers that can race one retry
 RECENT_WRITES = 16
+#: Past this many ids, a look-up reads every segment instead of testing each Bloom filter.
+LOOKUP_LIMIT = 64
+_TOOL_TYPES = frozenset({EventType.TOOL_CALL.value, EventType.TOOL_RESULT.value})
 
 
 class SegmentGone(Exception):
@@ -42,6 +50,7 @@ class ConversationObjects:
     layout: Layout
     backoff: Backoff
     read_workers: int
+    tail_events: int
     _heads: HeadCache
 
     def _read_head(self, cid: str) -> tuple[Head, str] | None:
@@ -127,21 +136,76 @@ class ConversationObjects:
             except Exception:  # noqa: BLE001 - an orphaned segment is harmless
                 pass
 
-    def _with_archive(self, cid: str, read: Callable[[Head, list[Segment]], Any]) -> Any:
-        """Read the head and its segments, consistently: when a concurrent compaction removed
-        a segment in between, read the newer head and try again."""
+    def _consistently(self, cid: str, read: Callable[[Head], T]) -> T:
+        """``read`` of a fresh head (a new one when the conversation is not stored), again
+        with a newer head when a segment it fetches was removed meanwhile by a concurrent
+        compaction or seal (:class:`SegmentGone`)."""
         for delay in itertools.islice(self.backoff.delays(), READ_ATTEMPTS):
             found = self._read_head(cid)
-            if found is None:
-                return read(Head.new(cid), [])
-            head = found[0]
             try:
-                segments = self._read_segments(head, head.segments)
+                return read(found[0] if found else Head.new(cid))
             except SegmentGone:
                 time.sleep(delay)
-                continue
-            return read(head, segments)
         raise ConcurrencyError(f"reading the archive of conversation {cid!r} kept racing with compactions")
+
+    def _with_archive(self, cid: str, read: Callable[[Head, list[Segment], list[Event]], T]) -> T:
+        """Read the head, its archive segments and its window's events, consistently."""
+
+        def everything(head: Head) -> T:
+            segments = self._read_segments(head, (*head.segments, *head.window))
+            archive, window = segments[: len(head.segments)], segments[len(head.segments) :]
+            events = [e for ref, seg in zip(head.window, window) for e in seg.live_events(ref.skip)]
+            return read(head, archive, events)
+
+        return self._consistently(cid, everything)
+
+    def _read_window_parts(self, head: Head) -> list[list[Event]]:
+        """The live events of each of the head's window segments (raises :class:`SegmentGone`)."""
+        return [seg.live_events(ref.skip) for ref, seg in zip(head.window, self._read_segments(head, head.window))]
+
+    def _read_window(self, head: Head) -> list[Event]:
+        """The active events of the window segments, in seq order (the head holds the rest)."""
+        return [e for part in self._read_window_parts(head) for e in part]
+
+    def _sealed(self, head: Head, written: list[str]) -> Head:
+        """``head`` with its oldest active events sealed into new window segments when it
+        holds more than ``tail_events`` of them, in segments of that many (their keys are added
+        to ``written`` as they are stored, for the caller to delete should its head write lose)."""
+        size = self.tail_events
+        if len(head.active) <= size:
+            return head
+        cut = len(head.active) // size * size
+        refs: list[SegmentRef] = []
+        jobs: list[tuple[str, list[Event]]] = []
+        for chunk in chunks(head.active[:cut], size):
+            first, last = chunk[0].seq or 0, chunk[-1].seq or 0
+            ref = SegmentRef(window_segment_name(first, last, head.version), first, last, len(chunk), bloom=bloom_of(chunk))
+            key = self.layout.segment_key(head, ref)
+            written.append(key)
+            jobs.append((key, chunk))
+            refs.append(ref)
+        if len(jobs) == 1 or self.read_workers <= 1:
+            for key, chunk in jobs:
+                self._write_segment(key, chunk)
+        else:
+            with ThreadPoolExecutor(max_workers=min(self.read_workers, len(jobs))) as pool:
+                list(pool.map(lambda job: self._write_segment(*job), jobs))
+        return head.evolve(window=(*head.window, *refs), active=head.active[cut:])
+
+    def _commit(self, head: Head, etag: str | None) -> bool:
+        """Seal the head's overflowing tail, then store the head conditionally; False when
+        another writer changed it first (the new window segments are deleted again)."""
+        written: list[str] = []
+        try:
+            sealed = self._sealed(head, written)
+        except BaseException:
+            self._delete_quietly(written)
+            raise
+        # no cleanup when this raises: the head may have been stored, and with it the segments
+        if self._write_head(sealed, etag):
+            return True
+        self._delete_quietly(written)
+        return False
 
     def _read_head_by_key(self, key: str) -> str | None:
         try:
@@ -152,3 +216,37 @@ class ConversationObjects:
             raise
         return Head.from_bytes(response["Body"].read(), f"S3 head object {key!r}").conversation_id
 
+    def _window_by_id(self, head: Head, event_ids: Collection[str]) -> dict[str, Event]:
+        """The pinned and active events whose id is one of ``event_ids``, by id: the head's,
+        then those of the window segments whose Bloom filter may hold a missing id (all of
+        them past :data:`LOOKUP_LIMIT` ids). Raises :class:`SegmentGone` for a stale head."""
+        wanted = set(event_ids)
+        found = {e.id: e for e in (*head.active, *head.pinned) if e.id in wanted}
+        missing = wanted - found.keys()
+        if not missing or not head.window:
+            return found
+        many = len(missing) > LOOKUP_LIMIT
+        refs = [ref for ref in head.window if many or any(ref.may_hold(id_key(i)) for i in missing)]
+        for ref, segment in zip(refs, self._read_segments(head, refs)):
+            for raw in segment.events[ref.skip :]:
+                if raw["id"] in missing:
+                    found.setdefault(raw["id"], Event.model_validate(raw))
+        return found
+
+    def _tool_events(self, head: Head, tool_call_ids: Collection[str]) -> list[Event]:
+        """The tool calls and results whose ``tool_call_id`` is one of ``tool_call_ids``, from
+        the tail and from the window and archive segments whose Bloom filter may hold one
+        (archived ones marked). Raises :class:`SegmentGone` for a stale head."""
+        wanted = set(tool_call_ids)
+        if not wanted:
+            return []
+        found = tool_events(head.active, wanted)
+        many = len(wanted) > LOOKUP_LIMIT
+        refs = [ref for ref in (*head.window, *head.segments) if many or any(ref.may_hold(call_key(c)) for c in wanted)]
+        archived = {ref.name for ref in head.segments}
+        for ref, segment in zip(refs, self._read_segments(head, refs)):
+            for raw in segment.events[ref.skip :]:
+                if raw.get("tool_call_id") in wanted and raw.get("type") in _TOOL_TYPES:
+                    event = Event.model_validate(raw)
+                    found.append(archived_copy(event) if ref.name in archived else event)
+        return found

@@ -6,7 +6,7 @@ module holds the store's configuration and the Store protocol on top of them."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -16,6 +16,7 @@ from ...pins import superseded
 from ...search import SearchQuery, SearchResult, search_text
 from ..base import (
     Backoff,
+    AppendsWithoutWindow,
     CompactionPlan,
     CompactsWhileAppending,
     ConnectionField,
@@ -32,7 +33,8 @@ from ..base import (
 from .cache import HeadCache
 from .client import ensure_bucket, make_client, parse_location
 from .compaction import Compacting
-from .layout import Head, Layout, Segment, conversation_id_of, normalize_prefix
+from .layout import TAIL_EVENTS, Head, Layout, Segment, conversation_id_of, normalize_prefix
+from .objects import SegmentGone
 
 #: Options that configure the boto3 client rather than the store.
 _CLIENT_OPTIONS = ("endpoint_url", "region_name", "addressing_style", "max_attempts")
@@ -40,18 +42,20 @@ _CLIENT_OPTIONS = ("endpoint_url", "region_name", "addressing_style", "max_attem
 _OBJECT_KEYWORDS = frozenset({"client", "owns_client", "backoff", "read_workers"})
 
 
-class S3Store(Compacting, CompactsWhileAppending, Store):
+class S3Store(Compacting, CompactsWhileAppending, AppendsWithoutWindow, Store):
     """Conversations in an S3 bucket (or anything that speaks S3 conditional writes).
 
     Every change to a conversation is one ``PutObject`` of its head with ``If-Match`` (or
     ``If-None-Match: *`` when creating it); a writer that loses the race re-reads, re-applies
-    and retries with jittered backoff. Appends write only the head, whose size depends on
-    the window; compaction also writes immutable archive segments (keyed by version and a
+    and retries with jittered backoff. Appends write the head (and, once per ``tail_events``
+    events, a window segment first); compaction also writes immutable archive segments (keyed by version and a
     nonce, so a segment of a lost race is never referenced and is deleted best-effort).
 
     Pass a ready boto3 ``client`` (left open by :meth:`close` unless ``owns_client``), or
     use :meth:`from_url`. ``max_archived_events`` is the archive cap when a plan names none
     (None: unbounded); ``segment_events`` the most events one archive segment holds;
+    ``tail_events`` the most active events the head holds (older ones are sealed into
+    immutable window segments of that many, so an append writes a head of bounded size);
     ``backoff`` bounds the retries of lost races; ``read_workers`` threads fetch segments
     for :meth:`search` and :meth:`history`.
     """
@@ -68,6 +72,7 @@ class S3Store(Compacting, CompactsWhileAppending, Store):
         StoreOption("max_attempts", int, minimum=1),
         StoreOption("max_archived_events", int, minimum=0, nullable=True),
         StoreOption("segment_events", int, minimum=1),
+        StoreOption("tail_events", int, minimum=1),
         StoreOption("create_bucket", bool),
     )
     node = StoreNode(
@@ -95,6 +100,7 @@ class S3Store(Compacting, CompactsWhileAppending, Store):
         *,
         max_archived_events: int | None = 1000,
         segment_events: int = 128,
+        tail_events: int = TAIL_EVENTS,
         create_bucket: bool = True,
         owns_client: bool = False,
         backoff: Backoff | None = None,
@@ -102,11 +108,14 @@ class S3Store(Compacting, CompactsWhileAppending, Store):
     ) -> None:
         if segment_events < 1:
             raise ConfigurationError(f"segment_events ({segment_events}) must be at least 1")
+        if tail_events < 1:
+            raise ConfigurationError(f"tail_events ({tail_events}) must be at least 1")
         self.client = client
         self.bucket = bucket
         self.layout = Layout(normalize_prefix(prefix))
         self.default_max_archived_events = max_archived_events
         self.segment_events = segment_events
+        self.tail_events = tail_events
         self.backoff = backoff or Backoff(attempts=60, base=0.004, cap=0.3)
         self.read_workers = read_workers
         self._owns_client = owns_client
@@ -150,8 +159,7 @@ class S3Store(Compacting, CompactsWhileAppending, Store):
 
     def load(self, conversation_id: str) -> Snapshot:
         cid = check_conversation_id(conversation_id)
-        found = self._read_head(cid)
-        return found[0].snapshot() if found else Snapshot.empty(cid)
+        return self._consistently(cid, lambda head: head.snapshot(self._read_window(head)))
 
     def append(self, conversation_id: str, events: Sequence[Event]) -> Snapshot:
         cid = check_conversation_id(conversation_id)
@@ -161,12 +169,56 @@ class S3Store(Compacting, CompactsWhileAppending, Store):
         def attempt() -> Snapshot | None:
             found = (self._heads.get(cid) if next(tries) == 0 else None) or self._read_head(cid)
             head, etag = found if found else (Head.new(cid), None)
-            updated = self._appended(head, events)
+            try:
+                window = self._read_window(head)
+            except SegmentGone:  # a stale head: a newer one sealed or archived that segment
+                return None
+            updated = self._appended(head, events, window)
             if updated is head:  # every event is stored already: nothing to write
-                return head.snapshot()
-            return updated.snapshot() if self._write_head(updated, etag) else None
+                return head.snapshot(window)
+            return updated.snapshot(window) if self._commit(updated, etag) else None
 
         return self.backoff.run(attempt, what=f"append to conversation {cid!r}")
+
+    def append_without_window(self, conversation_id: str, events: Sequence[Event]) -> list[Event]:
+        """Append like :meth:`append`, reading only the head (its tail of at most
+        :data:`~.layout.TAIL_EVENTS` active events) and the window segments whose Bloom
+        filter may hold one of the batch's ids; return the stored copies of ``events``."""
+        cid = check_conversation_id(conversation_id)
+        events = list(events)
+        tries = itertools.count()
+
+        def attempt() -> list[Event] | None:
+            found = (self._heads.get(cid) if next(tries) == 0 else None) or self._read_head(cid)
+            head, etag = found if found else (Head.new(cid), None)
+            try:
+                known = self._window_by_id(head, [e.id for e in events])
+            except SegmentGone:
+                return None
+            updated = self._appended(head, events, known.values())
+            if updated is not head and not self._commit(updated, etag):
+                return None
+            fresh = {e.id: e for e in (*updated.unpinned, *updated.pinned, *updated.active) if (e.seq or 0) > head.last_seq}
+            return [known.get(e.id) or fresh[e.id] for e in events]
+
+        return self.backoff.run(attempt, what=f"append to conversation {cid!r}")
+
+    def find_events(self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]) -> list[Event]:
+        """The window events with one of ``event_ids`` and the tool events (archived ones
+        marked) with one of ``tool_call_ids``: the head, and only the segments whose Bloom
+        filter may hold one of them."""
+        cid = check_conversation_id(conversation_id)
+
+        def read(head: Head) -> list[Event]:
+            by_seq = {e.seq: e for e in self._window_by_id(head, event_ids).values()}
+            for event in self._tool_events(head, tool_call_ids):
+                by_seq.setdefault(event.seq, event)
+            return [by_seq[seq] for seq in sorted(by_seq, key=lambda seq: seq or 0)]
+
+        return self._consistently(cid, read)
+
+    def find_tool_events(self, conversation_id: str, tool_call_ids: Collection[str]) -> list[Event]:
+        return self.find_events(conversation_id, (), tool_call_ids)
 
     def append_compacting(
         self, conversation_id: str, events: Sequence[Event], planner: Callable[[Snapshot], CompactionPlan | None]
@@ -178,15 +230,20 @@ class S3Store(Compacting, CompactsWhileAppending, Store):
         def attempt() -> tuple[Snapshot, bool] | None:
             found = (self._heads.get(cid) if next(tries) == 0 else None) or self._read_head(cid)
             head, etag = found if found else (Head.new(cid), None)
-            appended = self._appended(head, events)
-            snapshot = appended.snapshot()
+            try:
+                parts = self._read_window_parts(head)
+            except SegmentGone:
+                return None
+            window = [e for part in parts for e in part]
+            appended = self._appended(head, events, window)
+            snapshot = appended.snapshot(window)
             plan = planner(snapshot)
             if plan is None:
                 if appended is head:  # every event is stored already: nothing to write
                     return snapshot, False
-                return (snapshot, False) if self._write_head(appended, etag) else None
+                return (snapshot, False) if self._commit(appended, etag) else None
             # one head write carries both the append and the compaction
-            won = self._write_compacted(appended, etag, plan)
+            won = self._write_compacted(appended, etag, plan, parts)
             return None if won is None else (snapshot, True)
 
         return self.backoff.run(attempt, what=f"append to conversation {cid!r}")
@@ -207,11 +264,13 @@ class S3Store(Compacting, CompactsWhileAppending, Store):
         return bool(self.backoff.run(attempt, what=f"compaction of conversation {cid!r}"))
 
     @staticmethod
-    def _appended(head: Head, events: Sequence[Event]) -> Head:
-        """``head`` with the events appended that it does not hold yet (by id; the write of
-        this head is the atomic step), or ``head`` itself when it holds them all. A pinned
-        event supersedes an older one with the same pin key, which is unpinned (archived)."""
-        fresh = unstored(events, (*head.pinned, *head.active))
+    def _appended(head: Head, events: Sequence[Event], window: Iterable[Event]) -> Head:
+        """``head`` with the events appended that it does not hold yet (by id, against the
+        pinned events, the tail and ``window``: the window segments' events, or those of them
+        that share an id with ``events``; the write of this head is the atomic step), or
+        ``head`` itself when it holds them all. A pinned event supersedes an older one with
+        the same pin key, which is unpinned (archived)."""
+        fresh = unstored(events, (*head.pinned, *window, *head.active))
         if events and not fresh:
             return head
         pinned, real = split_appended(number(fresh, head.last_seq))
@@ -228,9 +287,9 @@ class S3Store(Compacting, CompactsWhileAppending, Store):
     def history(self, conversation_id: str) -> list[Event]:
         cid = check_conversation_id(conversation_id)
 
-        def read(head: Head, segments: list[Segment]) -> list[Event]:
+        def read(head: Head, segments: list[Segment], window: list[Event]) -> list[Event]:
             everything = [e for ref, seg in zip(head.segments, segments) for e in seg.live_events(ref.skip)]
-            everything += [*head.pinned, *head.unpinned, *head.active]
+            everything += [*head.pinned, *head.unpinned, *window, *head.active]
             if head.summary is not None:
                 everything.append(head.summary)
             return sorted(everything, key=lambda e: e.seq or 0)
@@ -243,13 +302,13 @@ class S3Store(Compacting, CompactsWhileAppending, Store):
         total must be exact."""
         cid = check_conversation_id(conversation_id)
 
-        def read(head: Head, segments: list[Segment]) -> SearchResult:
+        def read(head: Head, segments: list[Segment], window: list[Event]) -> SearchResult:
             matched: list[tuple[int, Callable[[], Event]]] = []
             for ref, seg in zip(head.segments, segments):
                 for raw, text in zip(seg.events[ref.skip :], seg.text[ref.skip :]):
                     if text is not None and query.matches(text):
                         matched.append((raw["seq"], lambda raw=raw: Event.model_validate(raw)))
-            for event in head.active:
+            for event in (*window, *head.active):
                 text = search_text(event)
                 if text is not None and query.matches(text):
                     matched.append((event.seq or 0, lambda event=event: event))
