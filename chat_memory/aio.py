@@ -71,8 +71,18 @@ class AsyncChatMemory:
         """The conversation's newest compactions (50 at most), oldest first."""
         return await arun(self._core.compactions(conversation_id), self.store)
 
+    async def retract(self, conversation_id: str, event_ids: Iterable[str]) -> list[Event]:
+        """:meth:`ChatMemory.retract <chat_memory.ChatMemory.retract>`: take events back
+        atomically (a tool call with its result); returns them, oldest first."""
+        return await arun(self._core.retract(conversation_id, event_ids, _retracts(self.store)), self.store)
+
+    async def rewind(self, conversation_id: str, seq: int) -> list[Event]:
+        """:meth:`ChatMemory.rewind <chat_memory.ChatMemory.rewind>`: retract every real event
+        after ``seq``."""
+        return await arun(self._core.rewind(conversation_id, seq, _retracts(self.store)), self.store)
+
     async def clear(self, conversation_id: str) -> None:
-        """Delete the conversation: window, summary and archive."""
+        """Delete the conversation: window, summary, archive and retracted events."""
         await self.store.clear(check_conversation_id(conversation_id))
 
     # -- reading ---------------------------------------------------------------------------
@@ -81,9 +91,10 @@ class AsyncChatMemory:
         """What the model sees now: pinned system events, the summary, the active events."""
         return await arun(self._core.window(conversation_id), self.store)
 
-    async def history(self, conversation_id: str) -> list[Event]:
-        """Every stored event, archived included, oldest first."""
-        return await self.store.history(check_conversation_id(conversation_id))
+    async def history(self, conversation_id: str, include_retracted: bool = False) -> list[Event]:
+        """Every stored event, archived included, oldest first; retracted ones only with
+        ``include_retracted`` (marked)."""
+        return await arun(self._core.history(conversation_id, include_retracted, _retracts(self.store)), self.store)
 
     async def search(
         self,
@@ -137,6 +148,10 @@ class AsyncChatMemory:
     async def aclose(self) -> None:
         """Close the store."""
         await self.store.aclose()
+
+
+def _retracts(store: Any) -> bool:
+    return all(callable(getattr(store, name, None)) for name in ("retract", "retracted"))
 
 
 __all__ = ["AsyncChatMemory"]

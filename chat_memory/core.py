@@ -13,7 +13,7 @@ from typing import Any
 from .backends.base import Snapshot, check_conversation_id
 from .compaction import CompactionRecord, CompactionResult, Compactor
 from .config import MemoryConfig
-from .errors import ChatMemoryError, ConfigurationError, InvalidEventError, StorageError
+from .errors import ChatMemoryError, ConfigurationError, InvalidEventError, InvalidInputError, StorageError
 from .events import Event, EventType
 from .pins import check_pin_key, pin_key
 from .search import SearchHit, SearchPage, SearchQuery, check_tool_call_id
@@ -123,6 +123,47 @@ class MemoryCore:
             yield from self._record_compaction_error(cid, exc)
             raise
 
+    def retract(self, conversation_id: str, event_ids: Iterable[str], retracts: bool) -> Steps[list[Event]]:
+        """Take events back (see ChatMemory.retract); ``retracts``: the store has the
+        :class:`~chat_memory.backends.base.Retracts` ability."""
+        cid = check_conversation_id(conversation_id)
+        ids = _event_ids(event_ids)
+        _require_retracts(retracts)
+        if not ids:
+            return []
+        taken: list[Event] = yield from call("retract", cid, ids)
+        return taken
+
+    def rewind(self, conversation_id: str, seq: int, retracts: bool) -> Steps[list[Event]]:
+        """Retract every real event after ``seq`` (see ChatMemory.rewind). The ids come from
+        the window, and from the history only when ``seq`` is older than the window's oldest
+        real event (archived real events are all older than it)."""
+        cid = check_conversation_id(conversation_id)
+        if isinstance(seq, bool) or not isinstance(seq, int) or seq < 0:
+            raise InvalidInputError(f"seq ({seq!r}) must be a whole number, 0 or more")
+        _require_retracts(retracts)
+        snapshot = yield from call("load", cid)
+        active = snapshot.window.active
+        ids = [e.id for e in active if (e.seq or 0) > seq]
+        if snapshot.archived_count and (not active or seq < (active[0].seq or 0) - 1):
+            history: list[Event] = yield from call("history", cid)
+            ids = list(dict.fromkeys([*(e.id for e in history if e.is_real and (e.seq or 0) > seq), *ids]))
+        if not ids:
+            return []
+        taken: list[Event] = yield from call("retract", cid, ids)
+        return taken
+
+    def history(self, conversation_id: str, include_retracted: bool, retracts: bool) -> Steps[list[Event]]:
+        """Every stored event oldest first; with ``include_retracted``, the retracted ones too."""
+        cid = check_conversation_id(conversation_id)
+        if not isinstance(include_retracted, bool):
+            raise InvalidInputError(f"include_retracted ({include_retracted!r}) must be True or False")
+        events: list[Event] = yield from call("history", cid)
+        if include_retracted and retracts:
+            taken: list[Event] = yield from call("retracted", cid)
+            events = sorted([*events, *taken], key=lambda e: e.seq or 0)
+        return events
+
     def compactions(self, conversation_id: str) -> Steps[list[CompactionRecord]]:
         records = yield from call("compactions", check_conversation_id(conversation_id))
         return [CompactionRecord.from_json(record) for record in records]
@@ -224,7 +265,7 @@ class MemoryCore:
                 f"events[{index}] ({event.type.value}) has {tokens} tokens, more than the whole context window "
                 f"(context_window_tokens = {window}); shorten it{hint}"
             )
-        return event.model_copy(update={"seq": None, "archived": False, "tokens": tokens})
+        return event.model_copy(update={"seq": None, "archived": False, "retracted": False, "tokens": tokens})
 
     def _check_tool_events(self, cid: str, batch: list[Event], finds_events: bool = False) -> Steps[dict[str, str | None]]:
         """Tool pairing (checked only when the list holds tool events): a call's id is new to
@@ -311,6 +352,23 @@ class MemoryCore:
                 )
             names[call_id] = found_call.tool_name
         return names
+
+
+def _event_ids(event_ids: Any) -> list[str]:
+    """The ids a retraction names, each once, in order; a bare string is refused (it would
+    read as a list of one-letter ids)."""
+    if isinstance(event_ids, (str, bytes)) or not isinstance(event_ids, Iterable):
+        raise InvalidInputError(f"event_ids ({event_ids!r}) must be a list of event ids, not a single value")
+    ids = list(event_ids)
+    for i, event_id in enumerate(ids):
+        if not isinstance(event_id, str) or not event_id:
+            raise InvalidInputError(f"event_ids[{i}] ({event_id!r}) must be a non-empty string (an event id)")
+    return list(dict.fromkeys(ids))
+
+
+def _require_retracts(retracts: bool) -> None:
+    if not retracts:
+        raise ConfigurationError("this store cannot retract events (it lacks the Retracts ability: retract and retracted)")
 
 
 def _named_after_call(event: Event, tool_names: dict[str, str | None]) -> Event:

@@ -76,8 +76,24 @@ class ChatMemory:
         archived, tokens before and after, summarizer and its latency, fallback or not."""
         return run(self._core.compactions(conversation_id), self.store)
 
+    def retract(self, conversation_id: str, event_ids: Iterable[str]) -> list[Event]:
+        """Take events back, atomically: they leave :meth:`window`, :meth:`model_window`,
+        :meth:`history`, :meth:`search`, :meth:`fetch_tool_result` and :meth:`stats`, and
+        their ids and call ids may be added again; ``history(conv, include_retracted=True)``
+        still shows them, marked ``retracted``, until :meth:`clear`. A tool call and its
+        result go together (naming either retracts both, window or archive). Unknown and
+        already retracted ids are ignored. Returns what was retracted, oldest first.
+        An id naming a pinned system event or a summary raises :class:`InvalidInputError`
+        and nothing is written. seq numbers are never reused. See docs/retraction.md."""
+        return run(self._core.retract(conversation_id, event_ids, _retracts(self.store)), self.store)
+
+    def rewind(self, conversation_id: str, seq: int) -> list[Event]:
+        """Retract every real event with a seq greater than ``seq`` (edit-and-resend, undo;
+        0 retracts them all). Returns what was retracted, oldest first (see :meth:`retract`)."""
+        return run(self._core.rewind(conversation_id, seq, _retracts(self.store)), self.store)
+
     def clear(self, conversation_id: str) -> None:
-        """Delete the conversation: window, summary and archive."""
+        """Delete the conversation: window, summary, archive and retracted events."""
         self.store.clear(check_conversation_id(conversation_id))
 
     # -- reading ---------------------------------------------------------------------------
@@ -86,9 +102,10 @@ class ChatMemory:
         """What the model sees now: pinned system events, the summary, the active events."""
         return run(self._core.window(conversation_id), self.store)
 
-    def history(self, conversation_id: str) -> list[Event]:
-        """Every stored event, archived included, oldest first."""
-        return self.store.history(check_conversation_id(conversation_id))
+    def history(self, conversation_id: str, include_retracted: bool = False) -> list[Event]:
+        """Every stored event, archived included, oldest first; retracted events only with
+        ``include_retracted`` (marked ``retracted=True``, in seq order)."""
+        return run(self._core.history(conversation_id, include_retracted, _retracts(self.store)), self.store)
 
     def search(
         self,
@@ -146,6 +163,11 @@ class ChatMemory:
     def stats(self, conversation_id: str) -> MemoryStats:
         """Counts of the window and archive, the version, and the last compaction error."""
         return run(self._core.stats(conversation_id), self.store)
+
+
+def _retracts(store: Any) -> bool:
+    """Whether the store has the Retracts ability (found by name, as the async engine does)."""
+    return all(callable(getattr(store, name, None)) for name in ("retract", "retracted"))
 
 
 __all__ = ["ChatMemory", "MemoryStats"]

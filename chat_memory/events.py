@@ -39,8 +39,10 @@ class Event(BaseModel):
     """One stored item of a conversation.
 
     Build events with the constructors (:meth:`user`, :meth:`assistant`, :meth:`tool_call`,
-    :meth:`tool_result`, :meth:`system`). ``seq``, ``archived`` and ``tokens`` are set by the
-    store when the event is appended.
+    :meth:`tool_result`, :meth:`system`). ``seq``, ``archived``, ``retracted`` and ``tokens``
+    are set by the store when the event is appended (an event added with ``archived`` or
+    ``retracted`` set is stored as neither); ``retracted`` marks an event taken back by
+    ``memory.retract``/``memory.rewind``, seen only in ``history(include_retracted=True)``.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid", use_enum_values=False)
@@ -56,6 +58,7 @@ class Event(BaseModel):
     metadata: dict[str, Any] = Field(default_factory=dict)
     seq: int | None = None
     archived: bool = False
+    retracted: bool = False
     tokens: int | None = None
 
     @field_validator("created_at")
@@ -134,7 +137,7 @@ class Event(BaseModel):
 
     def stored(self, *, seq: int, tokens: int, archived: bool = False) -> Event:
         """A copy with the fields the store assigns."""
-        return self.model_copy(update={"seq": seq, "tokens": tokens, "archived": archived})
+        return self.model_copy(update={"seq": seq, "tokens": tokens, "archived": archived, "retracted": False})
 
     def to_json(self) -> str:
         """The envelope every backend stores."""

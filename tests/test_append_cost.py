@@ -267,7 +267,7 @@ def test_a_version_3_database_gets_its_ids_indexed_in_place(sql_url):
             calls = connection.execute(sa.select(sa.func.count()).where(events.c.call_key.is_not(None))).scalar_one()
             recorded = dict(connection.execute(sa.select(store.tables.meta.c.name, store.tables.meta.c.value)).all())
         assert unkeyed == 0 and calls == 2 + 2 + 1 + 1  # two pairs, the open call and its result
-        assert recorded["schema_version"] == "4" and recorded["migrated_to_4"].endswith("(event_key, call_key)")
+        assert recorded["schema_version"] == "5" and recorded["migrated_to_4"].endswith("(event_key, call_key)")
         indexes = {index["name"] for index in sa.inspect(store.engine).get_indexes(events.name)}
         assert {f"{store.tables.prefix}events_event_key_idx", f"{store.tables.prefix}events_call_key_idx"} <= indexes
 

@@ -18,6 +18,7 @@ from langchain_core.messages import (  # noqa: E402
     AIMessage,
     BaseMessage,
     HumanMessage,
+    RemoveMessage,
     SystemMessage,
     ToolMessage,
     convert_to_openai_messages,
@@ -419,3 +420,16 @@ def test_the_middleware_compacts_by_force_and_retries_once_on_an_overflow(memory
     assert [e.content for e in memory.window("c") if e.type is EventType.USER] == [agent_script.user_line(3)]
     for sent in model.requests:
         validate(sent)
+
+
+def test_the_async_history_retracts_a_removed_message_and_replaces_an_edited_one(memory_store):
+    history = ChatMemoryHistory(AsyncChatMemory(memory_store), "conv")
+
+    async def go() -> list[BaseMessage]:
+        await history.aadd_messages([HumanMessage("a", id="m1"), AIMessage("b", id="m2")])
+        await history.aadd_messages([RemoveMessage(id="m1"), AIMessage("b, edited", id="m2")])
+        return await history.aget_messages()
+
+    assert [(m.id, m.content) for m in asyncio.run(go())] == [("m2", "b, edited")]
+    retracted = [e.content for e in ChatMemory(memory_store).history("conv", include_retracted=True) if e.retracted]
+    assert retracted == ["a", "b"]

@@ -20,7 +20,6 @@ from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessa
 from chat_memory import AsyncChatMemory, ChatMemory, ConfigurationError, Event, EventType, InvalidInputError, MemoryConfig  # noqa: E402
 from chat_memory.integrations.openai_agents import (  # noqa: E402
     ChatMemorySession,
-    UnsupportedOperationError,
     events_from_items,
     search_tool,
 )
@@ -178,14 +177,20 @@ def test_a_pending_call_gets_a_synthetic_output(memory_store, kind):
     assert got[-1] == {"type": "function_call_output", "call_id": "c1", "output": "Error: " + MISSING_RESULT_TEXT}
 
 
-def test_pop_item_is_refused_and_clear_session_deletes(memory_store, kind):
+def test_pop_item_retracts_the_newest_item_with_its_partner_and_clear_session_deletes(memory_store, kind):
     session = ChatMemorySession(memory_on(memory_store, kind), "conv")
-    run(session.add_items([{"role": "user", "content": "hi"}]))
-    with pytest.raises(UnsupportedOperationError, match="append-only"):
-        run(session.pop_item())
-    assert len(run(session.get_items())) == 1
+    call = {"type": "function_call", "call_id": "c1", "name": "f", "arguments": "{}"}
+    output = {"type": "function_call_output", "call_id": "c1", "output": "done"}
+    run(session.add_items([{"role": "user", "content": "hi"}, call, output]))
+    assert run(session.pop_item()) == output
+    assert run(session.get_items()) == [{"role": "user", "content": "hi"}]  # the call went with its output
+    retracted = [e for e in ChatMemory(memory_store).history("conv", include_retracted=True) if e.retracted]
+    assert [e.type for e in retracted] == [EventType.TOOL_CALL, EventType.TOOL_RESULT]
+    assert run(session.pop_item()) == {"role": "user", "content": "hi"}
+    assert run(session.pop_item()) is None
+    run(session.add_items([{"role": "user", "content": "again"}]))
     run(session.clear_session())
-    assert run(session.get_items()) == []
+    assert run(session.get_items()) == [] and ChatMemory(memory_store).history("conv", include_retracted=True) == []
 
 
 def test_the_sync_twins_refuse_an_async_memory_and_name_the_async_method(memory_store):

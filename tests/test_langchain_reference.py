@@ -149,45 +149,71 @@ def test_a_list_that_would_clear_and_orphan_a_result_clears_nothing(store):
     assert len(memory.history("conv")) == 7
 
 
-def test_remove_message_by_id_is_refused_naming_retraction(store):
-    """Difference: LangGraph deletes the message; chat-memory's log cannot until retraction lands."""
+def test_remove_message_by_id_retracts_the_message_as_the_reducer_removes_it(store):
     ref, ours, memory = both(store)
+    given = {"m1", "m2", "m3"}
     for history in (ref, ours):
         history.add_messages([HumanMessage("a", id="m1"), AIMessage("b", id="m2")])
-    ref.add_messages([RemoveMessage(id="m1")])
-    assert [m.id for m in ref.messages] == ["m2"]
-    with pytest.raises(InvalidInputError, match=r"messages\[1\] is a RemoveMessage \(id 'm1'\): .*retraction \(memory.retract\)"):
-        ours.add_messages([HumanMessage("c", id="m3"), RemoveMessage(id="m1")])
-    assert [e.id for e in memory.history("conv")] == ["m1", "m2"]  # nothing of the list stored
+        history.add_messages([HumanMessage("c", id="m3"), RemoveMessage(id="m1")])
+    assert seen(ours.messages, given) == seen(ref.messages, given) and [m.id for m in ours.messages] == ["m2", "m3"]
+    assert [e.id for e in memory.history("conv")] == ["m2", "m3"]
+    assert [e.id for e in memory.history("conv", include_retracted=True) if e.retracted] == ["m1"]
+    for history in (ref, ours):  # removed and sent again in one list: the last word keeps it
+        history.add_messages([RemoveMessage(id="m2"), AIMessage("b", id="m2")])
+    assert seen(ours.messages, given) == seen(ref.messages, given)
+    with pytest.raises(ValueError, match="doesn't exist"):
+        ref.add_messages([RemoveMessage(id="never")])
+    with pytest.raises(InvalidInputError, match=r"messages\[1\] is a RemoveMessage of id 'never', which is not stored"):
+        ours.add_messages([HumanMessage("d", id="m4"), RemoveMessage(id="never")])
+    ours.add_messages([RemoveMessage(id="m1")])  # retracted already: nothing to do (the reducer would refuse)
+    assert [e.id for e in memory.history("conv")] == ["m2", "m3"]  # nothing of the refused list stored
 
 
-def test_a_different_message_under_a_stored_id_is_refused_not_dropped(store):
-    """Difference: LangGraph replaces the message in place; chat-memory refuses (retraction
-    would be needed), where the engine alone would have kept the old one silently."""
+def test_removing_an_ai_message_takes_its_calls_and_their_results(store):
+    """Difference: the reducer leaves the ToolMessages of a removed AIMessage behind, orphaned
+    (a request the model API refuses); chat-memory retracts a call with its result."""
     ref, ours, memory = both(store)
     for history in (ref, ours):
+        history.add_messages(tool_exchange(1, True))
+        history.add_messages([RemoveMessage(id="a-1")])
+    given = {"h-1", "a2-1"}
+    orphans = {"t1-1", "t2-1"}
+    assert seen(ours.messages, given) == seen([m for m in ref.messages if m.id not in orphans], given)
+    assert {m.id for m in ref.messages} >= orphans
+    assert [e.type for e in memory.history("conv", include_retracted=True) if e.retracted] == [
+        EventType.ASSISTANT, EventType.TOOL_CALL, EventType.TOOL_CALL, EventType.TOOL_RESULT, EventType.TOOL_RESULT
+    ]
+    validate(ours.messages)
+
+
+def test_a_different_message_under_a_stored_id_replaces_it(store):
+    """As the reducer replaces it, with one difference: the new version is appended (a log
+    appends), where the reducer keeps the old place; the old one is retracted."""
+    ref, ours, memory = both(store)
+    given = {"m1", "m2", "m4"}
+    for history in (ref, ours):
         history.add_messages([HumanMessage("a", id="m1"), AIMessage("b", id="m2")])
-    ref.add_messages([AIMessage("b, edited", id="m2")])
-    assert [m.content for m in ref.messages] == ["a", "b, edited"]
-    for edited in (
-        [HumanMessage("new", id="m3"), AIMessage("b, edited", id="m2")],
-        [HumanMessage("a", id="m2")],  # the same text under another message's id
-        [AIMessage("x", id="m4"), AIMessage("y", id="m4")],  # one id twice in a list
-    ):
-        with pytest.raises(InvalidInputError, match=r"differs from the message stored under that id.*Nothing of this list"):
-            ours.add_messages(edited)
-    assert [e.content for e in memory.history("conv")] == ["a", "b"]
+        history.add_messages([AIMessage("b, edited", id="m2")])  # the newest message: same place
+        history.add_messages([AIMessage("x", id="m4"), AIMessage("y", id="m4")])  # one id twice: the last word
+    assert seen(ours.messages, given) == seen(ref.messages, given)
+    assert [m.content for m in ours.messages] == ["a", "b, edited", "y"]
+    for history in (ref, ours):
+        history.add_messages([HumanMessage("a, edited", id="m1")])
+    assert [m.content for m in ref.messages] == ["a, edited", "b, edited", "y"]
+    assert [m.content for m in ours.messages] == ["b, edited", "y", "a, edited"]  # moved to the end
+    retracted = [e.content for e in memory.history("conv", include_retracted=True) if e.retracted]
+    assert retracted == ["a", "b"]
 
 
-def test_an_ai_message_re_sent_with_a_call_more_or_less_is_refused(store):
-    _, ours, _ = both(store)
+def test_an_ai_message_re_sent_with_a_call_less_replaces_it_and_its_results(store):
+    _, ours, memory = both(store)
     exchange = tool_exchange(1, True)
     ours.add_messages(exchange)
     fewer = exchange[1].model_copy(update={"tool_calls": exchange[1].tool_calls[:1]})
-    more = exchange[1].model_copy(update={"tool_calls": [*exchange[1].tool_calls, {"name": "lookup", "args": {}, "id": "c9"}]})
-    for message in (fewer, more):
-        with pytest.raises(InvalidInputError, match=r"messages\[0\] \(id 'a-1'\) differs"):
-            ours.add_messages([message])
+    ours.add_messages([fewer, exchange[2]])  # the result of the call it kept is sent again: stored anew
+    stored = [(e.type.value, e.id) for e in memory.history("conv")]
+    assert stored == [("user", "h-1"), ("assistant", "a2-1"), ("assistant", "a-1"), ("tool_call", "a-1#1"), ("tool_result", "t1-1")]
+    validate(ours.messages)
 
 
 def test_plain_in_memory_history_stores_a_re_sent_copy_again(store):
@@ -210,7 +236,7 @@ def test_a_transcript_longer_than_the_window_reads_the_history_once_and_stores_n
     ours = ChatMemoryHistory(memory, "conv")
     reads: list[str] = []
     real_history = ChatMemory.history
-    monkeypatch.setattr(ChatMemory, "history", lambda self, cid: reads.append(cid) or real_history(self, cid))
+    monkeypatch.setattr(ChatMemory, "history", lambda self, cid, *rest: reads.append(cid) or real_history(self, cid, *rest))
     transcript: list[BaseMessage] = []
     longer = 0
     for turn in range(6):
@@ -342,14 +368,15 @@ def test_an_agent_fed_a_chat_memory_history_stores_only_the_new_message(store):
     validate(history.messages)
 
 
-def test_the_middleware_refuses_an_edited_copy_of_a_stored_message(store):
+def test_the_middleware_replaces_an_edited_copy_of_a_stored_message(store):
     memory = ChatMemory(store)
     agent, _ = agent_for(memory, checkpointer=False)
     state = agent.invoke({"messages": [HumanMessage("Remember: project 1 has code K1.", id="u1")]})
     edited = [state["messages"][0].model_copy(update={"content": "Remember: project 1 has code K2."})]
-    with pytest.raises(InvalidInputError, match=r"messages\[0\] \(id 'u1'\) differs from the message stored"):
-        agent.invoke({"messages": edited + state["messages"][1:] + [HumanMessage("next")]})
-    assert [e.content for e in memory.history("conv")] == ["Remember: project 1 has code K1.", "Noted."]
+    agent.invoke({"messages": edited + state["messages"][1:] + [HumanMessage("next")]})
+    contents = [e.content for e in memory.history("conv")]
+    assert contents[:3] == ["Noted.", "Remember: project 1 has code K2.", "next"]
+    assert [e.content for e in memory.history("conv", include_retracted=True) if e.retracted] == ["Remember: project 1 has code K1."]
 
 
 def test_a_remove_message_reaches_the_state_but_not_the_memory(store):
@@ -369,5 +396,5 @@ def test_a_remove_message_reaches_the_state_but_not_the_memory(store):
     assert "Remember: project 1 has code K1." in states["ours saw"]  # still in the memory's window
     assert [e.id for e in memory.history("conv")][0] == "u1"
     agent, _ = agent_for(memory, checkpointer=False)
-    with pytest.raises(InvalidInputError, match=r"is a RemoveMessage \(id 'u2'\): .*retraction"):
+    with pytest.raises(InvalidInputError, match=r"is a RemoveMessage \(id 'u2'\), which is not a message to store"):
         agent.invoke({"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), HumanMessage("x"), RemoveMessage(id="u2")]})

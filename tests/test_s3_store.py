@@ -224,7 +224,7 @@ def test_other_client_errors_surface_as_storage_error(s3_server_store):
 def test_a_head_in_an_unknown_format_is_a_schema_error(s3_mock_store):
     store = s3_mock_store
     store.client.put_object(Bucket=store.bucket, Key=store.layout.head("c"), Body=b'{"format": 99}')
-    with pytest.raises(SchemaError, match=r"format 99|version 99, newer than version 2"):
+    with pytest.raises(SchemaError, match=r"format 99|version 99, newer than version 3"):
         store.load("c")
     store.client.put_object(Bucket=store.bucket, Key=store.layout.head("c"), Body=b'["not", "a", "head"]')
     with pytest.raises(SchemaError, match="not a chat-memory S3 head object"):

@@ -86,7 +86,7 @@ def test_a_version_1_database_gets_the_new_tables_in_place(sql_url):
         assert [e.content for e in store.history("c")] == ["written by 0.1"]
         assert store.compactions("c") == []
         recorded = _meta(store)
-        assert recorded["schema_version"] == SCHEMA_VERSION == "4"
+        assert recorded["schema_version"] == SCHEMA_VERSION == "5"
         assert recorded["migrated_to_2"].endswith(" add the compactions and long-term memory tables")
         for table in (store.tables.compactions, store.tables.memory_namespaces, store.tables.memory_files):
             assert sa.inspect(store.engine).has_table(table.name)
@@ -151,11 +151,11 @@ def test_a_newer_schema_names_both_versions(sqlite_url):
         store.append("c", [Event.user("hi")])
         meta = store.tables.meta
         with store.engine.begin() as connection:
-            connection.execute(meta.update().where(meta.c.name == "schema_version").values(value="5"))
-    with SQLStore.from_url(sqlite_url) as newer, pytest.raises(SchemaError, match=r"version 5, newer than version 4"):
+            connection.execute(meta.update().where(meta.c.name == "schema_version").values(value="6"))
+    with SQLStore.from_url(sqlite_url) as newer, pytest.raises(SchemaError, match=r"version 6, newer than version 5"):
         newer.append("c", [Event.user("would be lost")])
     with SQLStore.from_url(sqlite_url) as store:
-        assert _meta(store)["schema_version"] == "5"
+        assert _meta(store)["schema_version"] == "6"
 
 
 def test_foreign_tables_with_our_names_are_refused(sqlite_url):

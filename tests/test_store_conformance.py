@@ -13,6 +13,7 @@ import pytest
 from chat_memory.backends.base import CompactionPlan, Snapshot
 from chat_memory.backends.in_memory import InMemoryStore
 from chat_memory.events import Event
+from chat_memory.testing.retraction_conformance import RetractionConformance
 from chat_memory.testing.store_conformance import StoreConformance
 from tests.conftest import STORE_PARAMS
 
@@ -193,8 +194,10 @@ def test_a_third_party_store_runs_the_suite_with_one_import(tmp_path):
     tests = {name for name in dir(StoreConformance) if name.startswith("test_")}
     assert set(outcomes.by_test) == tests
     skipped = {name for name, outcome in outcomes.by_test.items() if outcome == "skipped"}
-    assert skipped == {"test_compacts_while_appending", "test_appends_without_window_and_finds_events_by_index"}
+    retraction = {name for name in dir(RetractionConformance) if name.startswith("test_")}
+    assert skipped == {"test_compacts_while_appending", "test_appends_without_window_and_finds_events_by_index", *retraction}
     assert "does not declare CompactsWhileAppending" in " ".join(outcomes.skip_reasons)
+    assert "does not declare Retracts" in " ".join(outcomes.skip_reasons)
     assert "does not declare AppendsWithoutWindow" in " ".join(outcomes.skip_reasons)
     assert {name for name, outcome in outcomes.by_test.items() if outcome == "failed"} == set()
 

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 from ..errors import ConfigurationError
 from ..events import Event
 from ..search import SearchQuery, SearchResult
-from .base import AppendsWithoutWindow, CompactionPlan, CompactsWhileAppending, Snapshot, Store, wrap_driver_errors
+from .base import AppendsWithoutWindow, CompactionPlan, CompactsWhileAppending, Retracts, Snapshot, Store, wrap_driver_errors
 
 #: Worker threads of a :class:`ThreadedStore` unless told otherwise: enough to keep a
 #: connection pool busy, few enough that 1,000 waiting conversations queue instead of
@@ -157,6 +157,9 @@ class ThreadedStore(AsyncStore):
             # only then: the engine takes the lean path when it finds these methods
             self.append_without_window = functools.partial(self._run, "append_without_window")
             self.find_events = functools.partial(self._run, "find_events")
+        if isinstance(store, Retracts):
+            self.retract = functools.partial(self._run, "retract")
+            self.retracted = functools.partial(self._run, "retracted")
         self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="chat-memory")
         self._closed = False
 

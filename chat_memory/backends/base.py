@@ -25,6 +25,8 @@ from .bookkeeping import (
     archived_copy,
     envelope_id_prefix,
     number,
+    retracted_copy,
+    retraction_targets,
     split_appended,
     tool_call_fragment,
     tool_events,
@@ -41,6 +43,7 @@ __all__ = [
     "AppendsWithoutWindow",
     "CompactsWhileAppending",
     "ConnectionField",
+    "Retracts",
     "Snapshot",
     "Store",
     "StoreNode",
@@ -49,6 +52,8 @@ __all__ = [
     "check_conversation_id",
     "envelope_id_prefix",
     "number",
+    "retracted_copy",
+    "retraction_targets",
     "settings_from_url",
     "split_appended",
     "tool_call_fragment",
@@ -160,6 +165,8 @@ class Store(ABC):
         "find_tool_events",
         "append_without_window",
         "find_events",
+        "retract",
+        "retracted",
         "search",
         "record_compaction_error",
         "compactions",
@@ -311,3 +318,26 @@ class AppendsWithoutWindow(ABC):
         active events whose ``id`` is one of ``event_ids`` (never archived ones, never the
         summary), and the tool calls and results, archived ones included (marked so), whose
         ``tool_call_id`` is one of ``tool_call_ids``."""
+
+
+class Retracts(ABC):
+    """Optional ability of a store: take events back (retraction, the engine's "remove").
+
+    A retracted event leaves the window, the archive, search and the event-id and call-id
+    indexes (so its id and its ``tool_call_id`` may be added again), but is kept, content
+    intact, where :meth:`retracted` finds it, until :meth:`Store.clear` deletes it. ``seq``
+    numbers are never reused: the next append continues after the highest seq ever stored.
+    Async stores offer the same two methods as coroutines (the engine finds them by name)."""
+
+    @abstractmethod
+    def retract(self, conversation_id: str, event_ids: Collection[str]) -> list[Event]:
+        """Retract, atomically (one transaction, one script, one conditional write or under
+        the lock), the conversation's non-retracted real events (window and archive) whose
+        ``id`` is one of ``event_ids``, plus each tool event's partner by ``tool_call_id``;
+        bump the version and return them, oldest first, marked ``retracted=True``. Unknown or
+        already retracted ids are ignored. An id naming a pinned system event or a summary
+        raises :class:`~chat_memory.errors.InvalidInputError` naming it, writing nothing."""
+
+    @abstractmethod
+    def retracted(self, conversation_id: str) -> list[Event]:
+        """The conversation's retracted events, oldest first, marked ``retracted=True``."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 
+from ..errors import InvalidInputError
 from ..events import Event, EventType
 
 def tool_events(events: Iterable[Event], tool_call_ids: Collection[str]) -> list[Event]:
@@ -58,10 +59,43 @@ def tool_call_fragment(tool_call_id: str) -> str:
 def number(events: Sequence[Event], after_seq: int) -> list[Event]:
     """Copies of ``events`` with consecutive seq values starting after ``after_seq``."""
     return [
-        e.model_copy(update={"seq": after_seq + i, "archived": False})
+        e.model_copy(update={"seq": after_seq + i, "archived": False, "retracted": False})
         for i, e in enumerate(events, start=1)
     ]
 
 
 def archived_copy(event: Event) -> Event:
     return event.model_copy(update={"archived": True})
+
+
+def retraction_targets(events: Iterable[Event], event_ids: Collection[str]) -> list[Event]:
+    """What a retraction of ``event_ids`` takes back among ``events`` (the conversation's
+    stored, not retracted events, or at least those with one of the ids and the tool events
+    of their call ids): the real events with one of the ids, plus every tool call and result
+    sharing a ``tool_call_id`` with one of them (a pair goes whole), oldest first. An id
+    naming a pinned system event or a summary raises :class:`InvalidInputError`, before
+    anything is written."""
+    wanted = set(event_ids)
+    pool = list(events)
+    chosen: dict[int, Event] = {}
+    for event in pool:
+        if event.id not in wanted:
+            continue
+        if not event.is_real:
+            raise InvalidInputError(
+                f"event_ids: {event.id!r} names a {event.type.value} event (seq {event.seq}); "
+                "pinned system events and summaries cannot be retracted"
+            )
+        chosen[event.seq or 0] = event
+    call_ids = {e.tool_call_id for e in chosen.values() if e.type in _TOOL_TYPES and e.tool_call_id}
+    for event in tool_events(pool, call_ids):
+        chosen.setdefault(event.seq or 0, event)
+    return sorted(chosen.values(), key=lambda e: e.seq or 0)
+
+
+def retracted_copy(event: Event) -> Event:
+    """The copy of an event a retraction keeps (and returns): out of the window and archive."""
+    return event.model_copy(update={"archived": False, "retracted": True})
+
+
+_TOOL_TYPES = (EventType.TOOL_CALL, EventType.TOOL_RESULT)

@@ -18,6 +18,7 @@ from .base import (
     AppendsWithoutWindow,
     CompactionPlan,
     CompactsWhileAppending,
+    Retracts,
     Snapshot,
     Store,
     StoreNode,
@@ -25,6 +26,8 @@ from .base import (
     archived_copy,
     check_conversation_id,
     number,
+    retracted_copy,
+    retraction_targets,
     split_appended,
     unstored,
 )
@@ -40,6 +43,7 @@ class _Conversation:
     archive: deque[Event] = field(default_factory=deque)
     compaction_error: str | None = None
     compactions: deque[dict[str, Any]] = field(default_factory=deque)
+    retracted: list[Event] = field(default_factory=list)
     # indexes, so that an add costs its batch: the window's events by id; every stored tool
     # event (its current copy, archived or not) by seq, and the seqs of each tool_call_id
     by_id: dict[str, Event] = field(default_factory=dict)
@@ -62,6 +66,12 @@ class _Conversation:
             if event.seq in self.tools:
                 self.tools[event.seq] = event
 
+    def forget(self, event: Event) -> None:
+        """A window event that left by retraction (an archived one is dropped like the cap does)."""
+        if event.id in self.by_id and self.by_id[event.id].seq == event.seq:
+            del self.by_id[event.id]
+        self.dropped(event)
+
     def dropped(self, event: Event) -> None:
         """An archived event the archive cap deleted."""
         if self.tools.pop(event.seq or 0, None) is not None and event.tool_call_id in self.calls:
@@ -74,7 +84,7 @@ class _Conversation:
 _TOOL_TYPES = (EventType.TOOL_CALL, EventType.TOOL_RESULT)
 
 
-class InMemoryStore(AppendsWithoutWindow, CompactsWhileAppending, Store):
+class InMemoryStore(AppendsWithoutWindow, CompactsWhileAppending, Retracts, Store):
     """Keeps conversations in a dict guarded by one lock. ``memory://`` URLs open a fresh one.
     Dict indexes (window events by id, tool events by ``tool_call_id``) make
     :meth:`append_without_window` and :meth:`find_events` cost the batch, not the conversation."""
@@ -245,6 +255,34 @@ class InMemoryStore(AppendsWithoutWindow, CompactsWhileAppending, Store):
 
     def search(self, conversation_id: str, query: SearchQuery) -> SearchResult:
         return search_events(self.history(conversation_id), query)
+
+    def retract(self, conversation_id: str, event_ids: Collection[str]) -> list[Event]:
+        """Under the lock: the events and their tool partners leave the window, the archive
+        and the indexes for the retracted list (see :class:`Retracts`)."""
+        cid = check_conversation_id(conversation_id)
+        with self._lock:
+            conv = self._conversations.get(cid)
+            if conv is None:
+                return []
+            stored = [*conv.archive, *conv.pinned, *conv.active, *([conv.summary] if conv.summary else [])]
+            targets = retraction_targets(stored, event_ids)
+            if not targets:
+                return []
+            seqs = {e.seq for e in targets}
+            for event in targets:
+                conv.forget(event)
+            conv.active = deque(e for e in conv.active if e.seq not in seqs)
+            conv.archive = deque(e for e in conv.archive if e.seq not in seqs)
+            taken = [retracted_copy(e) for e in targets]
+            conv.retracted = sorted([*conv.retracted, *taken], key=lambda e: e.seq or 0)
+            conv.version += 1
+            return taken
+
+    def retracted(self, conversation_id: str) -> list[Event]:
+        cid = check_conversation_id(conversation_id)
+        with self._lock:
+            conv = self._conversations.get(cid)
+            return [] if conv is None else list(conv.retracted)
 
     def record_compaction_error(self, conversation_id: str, message: str | None) -> None:
         cid = check_conversation_id(conversation_id)

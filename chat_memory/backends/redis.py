@@ -39,7 +39,7 @@ from ..errors import StorageError
 from ..events import Event
 from ..search import SearchQuery, SearchResult
 from ..steps import Steps, run
-from .base import AppendsWithoutWindow, CompactionPlan, ConnectionField, Snapshot, Store, StoreNode, wrap_driver_errors
+from .base import AppendsWithoutWindow, CompactionPlan, ConnectionField, Retracts, Snapshot, Store, StoreNode, wrap_driver_errors
 from .migrations import Migration
 from .redis_layout import (
     DEFAULT_MAX_ARCHIVED_EVENTS,
@@ -92,7 +92,7 @@ def _driver() -> Any:
     return driver()
 
 
-class RedisStore(RedisLayout, AppendsWithoutWindow, Store):
+class RedisStore(RedisLayout, AppendsWithoutWindow, Retracts, Store):
     """Conversations in Redis (``redis://``, ``rediss://``) or Redis Cluster
     (``redis+cluster://host:port``).
 
@@ -214,6 +214,13 @@ class RedisStore(RedisLayout, AppendsWithoutWindow, Store):
 
     def record_compaction_error(self, conversation_id: str, message: str | None) -> None:
         self._do(self._record_error_steps(conversation_id, message))
+
+    def retract(self, conversation_id: str, event_ids: Collection[str]) -> list[Event]:
+        """One script (``retract.lua``): see :class:`~chat_memory.backends.base.Retracts`."""
+        return self._do(self._retract_steps(conversation_id, event_ids))  # type: ignore[no-any-return]
+
+    def retracted(self, conversation_id: str) -> list[Event]:
+        return self._do(self._retracted_steps(conversation_id))  # type: ignore[no-any-return]
 
     def clear(self, conversation_id: str) -> None:
         self._do(self._clear_steps(conversation_id))

@@ -180,6 +180,13 @@ class AsyncRedisStore(RedisLayout, AsyncStore):
     async def compactions(self, conversation_id: str) -> list[dict[str, Any]]:
         return await self._do(self._compactions_steps(conversation_id))  # type: ignore[no-any-return]
 
+    async def retract(self, conversation_id: str, event_ids: Collection[str]) -> list[Event]:
+        """:meth:`RedisStore.retract <chat_memory.backends.redis.RedisStore.retract>`: one script."""
+        return await self._do(self._retract_steps(conversation_id, event_ids))  # type: ignore[no-any-return]
+
+    async def retracted(self, conversation_id: str) -> list[Event]:
+        return await self._do(self._retracted_steps(conversation_id))  # type: ignore[no-any-return]
+
     async def clear(self, conversation_id: str) -> None:
         await self._do(self._clear_steps(conversation_id))
 

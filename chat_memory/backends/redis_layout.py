@@ -26,7 +26,7 @@ from importlib import resources
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
-from ..errors import ConcurrencyError, ConfigurationError, StorageError
+from ..errors import ConcurrencyError, ConfigurationError, InvalidInputError, StorageError
 from ..events import Event, EventType, Window
 from ..search import MatchMode, SearchQuery, SearchResult, search_text
 from ..steps import Sleep, Steps, call
@@ -52,7 +52,7 @@ URL_OPTIONS = (
     StoreOption("max_archived_events", int, minimum=0, nullable=True),
     StoreOption("ttl_seconds", int, minimum=1, nullable=True),
 )
-_SUFFIXES = ("meta", "pinned", "active", "archive", "texts", "recent", "compactions", "ids", "calls")
+_SUFFIXES = ("meta", "pinned", "active", "archive", "texts", "recent", "compactions", "ids", "calls", "retracted")
 _CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 # Small socket timeouts and a few quick retries: a server that is down or restarting gives a
 # StorageError within about a second or two instead of hanging the agent.
@@ -139,9 +139,9 @@ def _text(value: bytes | str) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
-def _event(element: bytes | str, archived: bool = False) -> Event:
+def _event(element: bytes | str, archived: bool = False, retracted: bool = False) -> Event:
     seq, _, envelope = _text(element).partition(":")
-    return Event.from_json(envelope).model_copy(update={"seq": int(seq), "archived": archived})
+    return Event.from_json(envelope).model_copy(update={"seq": int(seq), "archived": archived, "retracted": retracted})
 
 
 def _id_prefix(event_id: str) -> str:
@@ -418,6 +418,27 @@ class RedisLayout(ABC):
     def _record_error_steps(self, conversation_id: str, message: str | None) -> Steps[None]:
         cid = check_conversation_id(conversation_id)
         yield from self._run_steps("record_error", cid, "0" if message is None else "1", message or "", self._ttl)
+
+    def _retract_steps(self, conversation_id: str, event_ids: Collection[str]) -> Steps[list[Event]]:
+        """``retract.lua``: one script moves the events and their tool partners to the
+        ``retracted`` sorted set (same hash slot) and out of the texts and both indexes."""
+        cid = check_conversation_id(conversation_id)
+        prefixes = [_id_prefix(i) for i in dict.fromkeys(event_ids)]
+        if not prefixes:
+            return []
+        reply = yield from self._run_steps("retract", cid, self._ttl, *prefixes)
+        if not int(reply[0]):
+            event_id = json.loads(_text(reply[1])[len('{"id":') :])
+            raise InvalidInputError(
+                f"event_ids: {event_id!r} names a {_text(reply[2])} event (seq {int(reply[3])}); "
+                "pinned system events and summaries cannot be retracted"
+            )
+        return [_event(e, retracted=True) for e in reply[1]]
+
+    def _retracted_steps(self, conversation_id: str) -> Steps[list[Event]]:
+        cid = check_conversation_id(conversation_id)
+        elements = yield from self._command_steps("zrange", self._keys(cid)[_SUFFIXES.index("retracted")], 0, -1)
+        return [_event(e, retracted=True) for e in elements]
 
     def _clear_steps(self, conversation_id: str) -> Steps[None]:
         cid = check_conversation_id(conversation_id)

@@ -31,6 +31,7 @@ from .openai_items import (
     checked_items,
     event_from_item,
     events_from_items,
+    item_of,
     item_type,
     items_from_window,
     newest,
@@ -54,7 +55,8 @@ __all__ = [
 
 
 class UnsupportedOperationError(ChatMemoryError, NotImplementedError):
-    """The operation would delete a stored event: chat-memory's log is append-only."""
+    """An operation chat-memory cannot do on its log. Kept for code that catches it:
+    ``pop_item`` no longer raises it (it retracts the newest item, docs/retraction.md)."""
 
 
 #: The keys a ``session_settings`` dict may hold (the fields of the SDK's ``SessionSettings``).
@@ -121,9 +123,13 @@ class ChatMemorySession:
     - ``session_settings`` is a ``SessionSettings`` or a dict, normalised and validated.
     - A cancelled ``add_items``/``clear_session`` waits for its write to finish before the
       ``CancelledError`` propagates.
-    - ``pop_item`` raises :class:`UnsupportedOperationError` (no store can remove its newest
-      event yet; the SDK calls it only to roll back after a failed retry, and logs the error
-      and carries on). ``clear_session`` deletes the conversation.
+    - ``pop_item`` returns the newest stored item and retracts it (``memory.retract``: it
+      leaves the window, history and search, kept for audit until the conversation is
+      cleared), or returns None when the session is empty, as ``SQLiteSession`` does. One
+      difference: when that item is a ``function_call`` or its ``function_call_output``, its
+      partner is retracted with it (a pair goes whole, so the next request stays valid),
+      where ``SQLiteSession`` removes the one item. ``clear_session`` deletes the
+      conversation.
 
     ``memory`` is a :class:`~chat_memory.ChatMemory` (the async methods run it in a worker
     thread, ``asyncio.to_thread``) or an :class:`~chat_memory.AsyncChatMemory` (awaited on the
@@ -181,12 +187,25 @@ class ChatMemorySession:
         steps = self._add(list(items))
         await _to_its_outcome(asyncio.ensure_future(arun_memory(steps, self.memory)))
 
+    def _pop(self) -> Steps[Item | None]:
+        """The newest real event (the window's, or the history's when the window holds none)
+        retracted, with its tool partner; its item returned."""
+        real = [e for e in (yield from call("window", self.session_id)) if e.is_real]
+        if not real:
+            real = [e for e in (yield from call("history", self.session_id)) if e.is_real]
+        if not real:
+            return None
+        yield from call("retract", self.session_id, [real[-1].id])
+        return item_of(real[-1], self.memory.config.summary_placement)
+
+    def pop(self) -> Item | None:
+        """:meth:`pop_item`, synchronously (a ``ChatMemory`` only)."""
+        return run_sync(self.memory, self._pop(), "ChatMemorySession.pop()", "await session.pop_item()")
+
     async def pop_item(self) -> Item | None:
-        """Refused: chat-memory cannot remove a stored event yet (see the class docstring)."""
-        raise UnsupportedOperationError(
-            f"pop_item on session {self.session_id!r}: chat-memory's log is append-only and cannot "
-            "remove its newest item; use clear_session() to delete the conversation"
-        )
+        """Retract the newest item (and its tool partner, if it has one) and return it; None
+        when the session is empty. A cancelled call waits for its write to finish."""
+        return await _to_its_outcome(asyncio.ensure_future(arun_memory(self._pop(), self.memory)))
 
     async def clear_session(self) -> None:
         """Delete the conversation: window, summary and archive."""

@@ -217,6 +217,15 @@ def items_from_window(
     return groups
 
 
+def item_of(event: Event, summary_placement: SummaryPlacement | str = SummaryPlacement.USER_MESSAGE) -> Item:
+    """The item one stored event replays as: the item it was stored from (kept verbatim), or,
+    for an event added without one, the first item that event alone renders to."""
+    replayed = _replay(event)
+    if replayed is not None:
+        return replayed
+    return next(item for group in items_from_window([event], summary_placement) for item in group)
+
+
 def _replay(event: Event | None) -> Item | None:
     item = event.metadata.get(ITEM_KEY) if event is not None else None
     return copy.deepcopy(item) if isinstance(item, dict) else None  # the caller may change what it gets

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 from ..aio import AsyncChatMemory
 from ..backends.aio import AsyncStore, ThreadedStore
-from ..backends.base import AppendsWithoutWindow, CompactionPlan, CompactsWhileAppending, Snapshot, Store
+from ..backends.base import AppendsWithoutWindow, CompactionPlan, CompactsWhileAppending, Retracts, Snapshot, Store
 from ..events import Event
 from ..search import SearchQuery, SearchResult
 
@@ -106,21 +106,31 @@ class _AppendsWithoutWindow(AppendsWithoutWindow):
         return run_blocking(self.async_store.find_events(conversation_id, event_ids, tool_call_ids))  # type: ignore[attr-defined]
 
 
-class _LeanBlockingStore(BlockingStore, _AppendsWithoutWindow):
-    pass
+class _Retracts(Retracts):
+    async_store: AsyncStore
 
+    def retract(self, conversation_id: str, event_ids: Collection[str]) -> list[Event]:
+        return run_blocking(self.async_store.retract(conversation_id, event_ids))  # type: ignore[attr-defined]
 
-class _LeanCompactingBlockingStore(_CompactingBlockingStore, _AppendsWithoutWindow):
-    pass
+    def retracted(self, conversation_id: str) -> list[Event]:
+        return run_blocking(self.async_store.retracted(conversation_id))  # type: ignore[attr-defined]
 
 
 def blocking_store(store: AsyncStore) -> BlockingStore:
-    """``store`` as a sync Store, declaring :class:`CompactsWhileAppending` and
-    :class:`AppendsWithoutWindow` only when it can (the latter: when it has both methods)."""
-    lean = all(callable(getattr(store, name, None)) for name in ("append_without_window", "find_events"))
-    if store.compacts_while_appending:
-        return (_LeanCompactingBlockingStore if lean else _CompactingBlockingStore)(store)
-    return (_LeanBlockingStore if lean else BlockingStore)(store)
+    """``store`` as a sync Store, declaring :class:`CompactsWhileAppending`,
+    :class:`AppendsWithoutWindow` and :class:`Retracts` only when it can (the latter two: when
+    it has both of their methods)."""
+    bases: list[type] = [_CompactingBlockingStore if store.compacts_while_appending else BlockingStore]
+    if all(callable(getattr(store, name, None)) for name in ("append_without_window", "find_events")):
+        bases.append(_AppendsWithoutWindow)
+    if all(callable(getattr(store, name, None)) for name in ("retract", "retracted")):
+        bases.append(_Retracts)
+    return _combined(tuple(bases))(store)
+
+
+@functools.lru_cache(maxsize=None)
+def _combined(bases: tuple[type, ...]) -> type[BlockingStore]:
+    return bases[0] if len(bases) == 1 else type("BlockingStore", bases, {})  # type: ignore[return-value]
 
 
 class BlockingMemory:

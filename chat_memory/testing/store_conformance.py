@@ -39,6 +39,7 @@ from ..backends.base import AppendsWithoutWindow, CompactionPlan, CompactsWhileA
 from ..errors import InvalidInputError
 from ..events import Event, EventType
 from ..search import SearchQuery
+from .retraction_conformance import RetractionConformance
 
 #: Conversation ids that are data, never paths, patterns, hash tags or SQL wildcards.
 HOSTILE_IDS = (
@@ -106,8 +107,10 @@ def _archive_through(store: Store, cid: str, seq: int, **plan: Any) -> bool:
     return store.apply(cid, CompactionPlan(store.load(cid).version, archive_through_seq=seq, **plan))
 
 
-class StoreConformance:
-    """The behaviour every store shares. Subclass it and provide a ``store`` fixture."""
+class StoreConformance(RetractionConformance):
+    """The behaviour every store shares (the optional abilities' cases included, such as
+    :class:`~chat_memory.testing.retraction_conformance.RetractionConformance`'s). Subclass it
+    and provide a ``store`` fixture."""
 
     @pytest.fixture
     def store(self) -> Store:

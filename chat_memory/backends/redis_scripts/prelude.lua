@@ -1,5 +1,6 @@
 -- Shared head of every per-conversation script (the Python side prepends it).
--- KEYS: meta, pinned, active, archive, texts, recent, compactions, ids, calls [, registry]; all but
+-- KEYS: meta, pinned, active, archive, texts, recent, compactions, ids, calls, retracted
+-- [, registry]; all but
 -- the registry share one hash slot. Elements of pinned/active/archive and meta.summary are
 -- "<seq>:<envelope>".
 -- ids maps the id prefix ('{"id":"…"') of each pinned and active event to its seq: derived data,
@@ -9,9 +10,9 @@
 -- meta.calls_indexed. Entries are checked against the element they point at, so an entry left
 -- behind by an older chat-memory (which does not keep the index) is ignored.
 local meta, pinned, active, archive, texts, recent = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
-local compactions, ids, calls = KEYS[7], KEYS[8], KEYS[9]
-local CONVERSATION_KEYS = 9
-local KEY_TYPES = {'hash', 'list', 'list', 'zset', 'hash', 'zset', 'list', 'hash', 'hash'}
+local compactions, ids, calls, retracted = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
+local CONVERSATION_KEYS = 10
+local KEY_TYPES = {'hash', 'list', 'list', 'zset', 'hash', 'zset', 'list', 'hash', 'hash', 'zset'}
 -- Arguments per command: Lua's unpack fails past about 8,000 values, so no command gets an
 -- unbounded list (a 100,000-event append is 100 RPUSH of 1,000, not one).
 local CHUNK = 1000

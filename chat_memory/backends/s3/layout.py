@@ -19,6 +19,11 @@ or a tool-pair check finds a retried event or a tool call by fetching the one se
 may hold it instead of reading the window. A head with window segments is format 2; one
 without is still written as format 1 (readable by older chat-memory).
 
+Retracted events (``S3Store.retract``) are kept in immutable *retracted segments* (names
+starting with ``r``, same folder) that the head lists; the window and archive segments that
+held them are rewritten without them. A head listing retracted segments is format 3, which
+older chat-memory refuses (it would show retracted events again, or lose them).
+
 Heads and segments carry a ``format`` number. A head in an older format is upgraded when it
 is read (:data:`HEAD_FORMAT`'s migrations) and stored in the current one by the
 conversation's next write; segments, written once, are upgraded each time they are read.
@@ -49,9 +54,18 @@ def _add_window(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "format": 2, "window": doc.get("window", [])}
 
 
+def _add_retracted(doc: dict[str, Any]) -> dict[str, Any]:
+    return {**doc, "format": 3, "retracted": doc.get("retracted", [])}
+
+
 #: The head object's format and the migrations of its JSON document (dict -> dict).
 HEAD_FORMAT: StoredFormat[dict[str, Any]] = StoredFormat(
-    "S3 head object", current=2, migrations=(Migration(1, "window segments beside the head's tail", _add_window),)
+    "S3 head object",
+    current=3,
+    migrations=(
+        Migration(1, "window segments beside the head's tail", _add_window),
+        Migration(2, "retracted segments", _add_retracted),
+    ),
 )
 #: Default of ``S3Store(tail_events=…)``: active events the head holds before the oldest are
 #: sealed into window segments of this many events each (the head then holds at most this many).
@@ -230,6 +244,8 @@ class Head:
     compactions: tuple[dict[str, Any], ...] = ()
     #: sealed window segments, in seq order: the active events before ``active`` (the tail)
     window: tuple[SegmentRef, ...] = field(default_factory=tuple)
+    #: retracted segments: the events taken back by ``retract`` (each segment in seq order)
+    retracted: tuple[SegmentRef, ...] = field(default_factory=tuple)
 
     @classmethod
     def new(cls, conversation_id: str) -> Head:
@@ -256,10 +272,12 @@ class Head:
         return replace(self, **changes)
 
     def to_bytes(self) -> bytes:
+        # without retractions, the format 2 older chat-memory reads; without window segments
+        # either, format 1 (it writes it back without the Bloom filters, which only makes
+        # look-ups fetch more); with retractions, older code must refuse the head
+        fmt = HEAD_FORMAT.current if self.retracted else 2 if self.window else 1
         doc = {
-            # without window segments, the format older chat-memory reads (and writes back
-            # without the Bloom filters, which only makes look-ups fetch more)
-            "format": HEAD_FORMAT.current if self.window else 1,
+            "format": fmt,
             "conversation_id": self.conversation_id,
             "generation": self.generation,
             "version": self.version,
@@ -274,8 +292,10 @@ class Head:
             "compactions": list(self.compactions),
             "archive_blooms": [ref.bloom for ref in self.segments],
         }
-        if self.window:
+        if fmt >= 2:
             doc["window"] = [[*ref.to_json(), ref.bloom] for ref in self.window]
+        if fmt >= 3:
+            doc["retracted"] = [ref.to_json() for ref in self.retracted]
         return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
     @classmethod
@@ -293,6 +313,7 @@ class Head:
             active=tuple(Event.model_validate(e) for e in doc["active"]),
             segments=_refs(doc["archive"], doc.get("archive_blooms")),
             window=tuple(SegmentRef.from_json(ref, ref[5]) for ref in doc["window"]),
+            retracted=tuple(SegmentRef.from_json(ref) for ref in doc["retracted"]),
             writes=tuple(doc.get("writes", ())),
             unpinned=tuple(Event.model_validate(e) for e in doc.get("unpinned", ())),
             compactions=tuple(doc.get("compactions", ())),

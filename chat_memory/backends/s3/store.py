@@ -10,7 +10,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
-from ...errors import ChatMemoryError, ConfigurationError, StorageError
+from ...errors import ChatMemoryError, ConfigurationError, InvalidInputError, StorageError
 from ...events import Event
 from ...pins import superseded
 from ...search import SearchQuery, SearchResult, search_text
@@ -20,6 +20,7 @@ from ..base import (
     CompactionPlan,
     CompactsWhileAppending,
     ConnectionField,
+    Retracts,
     Snapshot,
     Store,
     StoreNode,
@@ -35,6 +36,7 @@ from .client import ensure_bucket, make_client, parse_location
 from .compaction import Compacting
 from .layout import TAIL_EVENTS, Head, Layout, Segment, conversation_id_of, normalize_prefix
 from .objects import SegmentGone
+from .retraction import Retracting
 
 #: Options that configure the boto3 client rather than the store.
 _CLIENT_OPTIONS = ("endpoint_url", "region_name", "addressing_style", "max_attempts")
@@ -42,7 +44,7 @@ _CLIENT_OPTIONS = ("endpoint_url", "region_name", "addressing_style", "max_attem
 _OBJECT_KEYWORDS = frozenset({"client", "owns_client", "backoff", "read_workers"})
 
 
-class S3Store(Compacting, CompactsWhileAppending, AppendsWithoutWindow, Store):
+class S3Store(Compacting, Retracting, CompactsWhileAppending, AppendsWithoutWindow, Retracts, Store):
     """Conversations in an S3 bucket (or anything that speaks S3 conditional writes).
 
     Every change to a conversation is one ``PutObject`` of its head with ``If-Match`` (or
@@ -317,6 +319,23 @@ class S3Store(Compacting, CompactsWhileAppending, AppendsWithoutWindow, Store):
             return SearchResult(events=[load() for _, load in page], total=len(matched))
 
         return self._with_archive(cid, read)
+
+    def retract(self, conversation_id: str, event_ids: Collection[str]) -> list[Event]:
+        """One conditional head swap: the events (and their tool partners) move to a new
+        retracted segment, the window and archive segments that held them are rewritten
+        without them (see :mod:`.retraction`)."""
+        cid = check_conversation_id(conversation_id)
+        if isinstance(event_ids, str):
+            raise InvalidInputError(f"event_ids must be a collection of event ids, not the string {event_ids!r}")
+        ids = list(event_ids)
+        for event_id in ids:
+            if not isinstance(event_id, str):
+                raise InvalidInputError(f"event_ids: {event_id!r} is not an event id (a string)")
+        return self._retract(cid, ids)
+
+    def retracted(self, conversation_id: str) -> list[Event]:
+        """The retracted events, oldest first, read from the head's retracted segments."""
+        return self._retracted_events(check_conversation_id(conversation_id))
 
     def record_compaction_error(self, conversation_id: str, message: str | None) -> None:
         cid = check_conversation_id(conversation_id)

@@ -233,6 +233,15 @@ class AsyncSQLStore(AsyncStore):
         await self._ready()
         await self._write(self.ops.record_compaction_error, cid, message, what=f"recording the compaction error of {cid!r}")
 
+    async def retract(self, conversation_id: str, event_ids: Collection[str]) -> list[Event]:
+        """:meth:`SQLStore.retract <chat_memory.backends.sql.SQLStore.retract>`: one transaction."""
+        cid = check_conversation_id(conversation_id)
+        await self._ready()
+        return await self._write(self.ops.retract, cid, list(event_ids), what=f"retraction in conversation {cid!r}")
+
+    async def retracted(self, conversation_id: str) -> list[Event]:
+        return await self._read(self.ops.retracted, check_conversation_id(conversation_id))
+
     async def clear(self, conversation_id: str) -> None:
         cid = check_conversation_id(conversation_id)
         await self._ready()

@@ -23,7 +23,7 @@ from ...errors import ConfigurationError
 from ...events import Event, EventType, Window
 from ...pins import superseded
 from ...search import RECALL_MARK, MatchMode, SearchQuery, SearchResult, search_text
-from ..base import CompactionPlan, Snapshot, number, split_appended, unstored
+from ..base import CompactionPlan, Snapshot, number, retracted_copy, retraction_targets, split_appended, unstored
 from .engine import lock_schema
 from .schema import build_tables, ensure_schema, row_key, stored_message, stored_search_text
 
@@ -242,6 +242,12 @@ class SQLOperations:
             )
         return SearchResult(events=found, total=total)
 
+    def retracted(self, connection: sa.Connection, cid: str) -> list[Event]:
+        """The retracted events, oldest first, from their own table."""
+        retracted = self.tables.retracted
+        query = sa.select(retracted.c.body).where(retracted.c.conversation_ref == self._ref(cid)).order_by(retracted.c.seq)
+        return [retracted_copy(Event.from_json(body)) for body in connection.execute(query).scalars()]
+
     def compactions(self, connection: sa.Connection, cid: str) -> list[dict[str, Any]]:
         compactions = self.tables.compactions
         rows = connection.execute(
@@ -409,6 +415,50 @@ class SQLOperations:
             return 0
         return connection.execute(events.delete().where(archive, events.c.seq <= through)).rowcount
 
+    def retract(self, connection: sa.Connection, cid: str, event_ids: Collection[str]) -> list[Event]:
+        """Move the events with one of ``event_ids`` and their tool partners (found by the
+        ``event_key`` and ``call_key`` indexes, window and archive) to the retracted table,
+        under the conversation's row lock, in one transaction; bump the version."""
+        row = self._conversation_row(connection, cid, lock=True)
+        if row is None:
+            return []
+        events, conversations = self.tables.events, self.tables.conversations
+        wanted = set(event_ids)
+        pool: dict[int, Event] = {}
+        for keys in _chunks(sorted({row_key(i) for i in wanted})):
+            rows = connection.execute(
+                sa.select(events.c.archived, events.c.body).where(events.c.conversation_ref == row.id, events.c.event_key.in_(keys))
+            )
+            pool.update((e.seq or 0, e) for e in self._events(rows) if e.id in wanted)
+        call_ids = {e.tool_call_id for e in pool.values() if e.type.value in _TOOL_TYPES and e.tool_call_id}
+        for keys in _chunks(sorted({row_key(i) for i in call_ids})):
+            rows = connection.execute(
+                sa.select(events.c.archived, events.c.body).where(events.c.conversation_ref == row.id, events.c.call_key.in_(keys))
+            )
+            pool.update((e.seq or 0, e) for e in self._events(rows) if e.tool_call_id in call_ids)
+        targets = retraction_targets(sorted(pool.values(), key=lambda e: e.seq or 0), wanted)
+        if not targets:
+            return []
+        now = _now()
+        taken = [retracted_copy(e) for e in targets]
+        connection.execute(
+            self.tables.retracted.insert(),
+            [{"conversation_ref": row.id, "seq": e.seq, "type": e.type.value, "body": e.to_json(), "retracted_at": now} for e in taken],
+        )
+        seqs = [e.seq for e in targets]
+        for i in range(0, len(seqs), _KEYS_PER_QUERY):
+            connection.execute(events.delete().where(events.c.conversation_ref == row.id, events.c.seq.in_(seqs[i : i + _KEYS_PER_QUERY])))
+        connection.execute(
+            conversations.update()
+            .where(conversations.c.id == row.id)
+            .values(
+                version=row.version + 1,
+                archived_count=row.archived_count - sum(e.archived for e in targets),
+                updated_at=now,
+            )
+        )
+        return taken
+
     def record_compaction_error(self, connection: sa.Connection, cid: str, message: str | None) -> None:
         conversations = self.tables.conversations
         connection.execute(
@@ -422,6 +472,7 @@ class SQLOperations:
         row = self._conversation_row(connection, cid, lock=True)
         if row is not None:
             connection.execute(events.delete().where(events.c.conversation_ref == row.id))
+            connection.execute(self.tables.retracted.delete().where(self.tables.retracted.c.conversation_ref == row.id))
             connection.execute(compactions.delete().where(compactions.c.conversation_ref == row.id))
             connection.execute(conversations.delete().where(conversations.c.id == row.id))
 

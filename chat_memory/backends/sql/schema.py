@@ -1,6 +1,6 @@
 """The SQL store's tables, created on first use and checked against the recorded schema version.
 
-Seven tables, named with a configurable prefix (default ``chat_memory_``):
+Eight tables, named with a configurable prefix (default ``chat_memory_``):
 
 - ``<prefix>meta``: ``name``/``value`` pairs; ``schema_version`` says which layout the data uses,
   and ``migrated_to_<N>`` records when (and by which step) the tables were upgraded to N.
@@ -14,6 +14,9 @@ Seven tables, named with a configurable prefix (default ``chat_memory_``):
   ``event_key`` (the SHA-256 of the event's id) and ``call_key`` (of its ``tool_call_id``,
   tool events only), each indexed with the conversation: an append's idempotency check and
   the tool-pair check look the batch's ids up instead of reading the window.
+- ``<prefix>retracted_events`` (since schema version 5): events taken back by a retraction,
+  moved out of ``<prefix>events`` whole (seq, type, body), so that no window, history,
+  search or index query of the events table has to leave them out.
 - ``<prefix>compactions`` (since schema version 2): the records of a conversation's newest
   compactions (JSON), written in the compaction's own transaction.
 - since schema version 2 too, three for long-term memory (:mod:`chat_memory.longterm.sql`):
@@ -37,7 +40,7 @@ from ...errors import ConfigurationError, SchemaError
 from ..migrations import Migration, StoredFormat
 
 #: The schema version this code creates (as recorded in the meta table).
-SCHEMA_VERSION = "4"
+SCHEMA_VERSION = "5"
 DEFAULT_TABLE_PREFIX = "chat_memory_"
 _PREFIX_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,29}|")
 
@@ -111,6 +114,7 @@ class Tables:
     memory_namespaces: sa.Table
     memory_files: sa.Table
     memory_versions: sa.Table
+    retracted: sa.Table
 
     @property
     def checked(self) -> tuple[sa.Table, ...]:
@@ -122,6 +126,7 @@ class Tables:
             self.memory_namespaces,
             self.memory_files,
             self.memory_versions,
+            self.retracted,
         )
 
 
@@ -195,8 +200,22 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         sa.Column("record", _LONG_TEXT, nullable=False),
         sa.Index(f"{prefix}compactions_conversation_idx", "conversation_ref", "id"),
     )
+    retracted = sa.Table(
+        f"{prefix}retracted_events",
+        metadata,
+        sa.Column(
+            "conversation_ref",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            sa.ForeignKey(conversations.c.id, ondelete="CASCADE", name=f"{prefix}retracted_conversation_fk"),
+            primary_key=True,
+        ),
+        sa.Column("seq", sa.BigInteger(), primary_key=True, autoincrement=False),
+        sa.Column("type", sa.String(16), nullable=False),
+        sa.Column("body", _LONG_TEXT, nullable=False),
+        sa.Column("retracted_at", sa.DateTime(timezone=True), nullable=False),
+    )
     sa.event.listen(events, "after_create", _EVENTS_STORAGE)
-    return Tables(prefix, metadata, meta, conversations, events, compactions, *_memory_tables(prefix, metadata))
+    return Tables(prefix, metadata, meta, conversations, events, compactions, *_memory_tables(prefix, metadata), retracted)
 
 
 def _memory_tables(prefix: str, metadata: sa.MetaData) -> tuple[sa.Table, sa.Table, sa.Table]:
@@ -315,6 +334,11 @@ def _index_event_and_call_ids(change: SchemaChange) -> None:
             index.create(connection)
 
 
+def _add_retracted_table(change: SchemaChange) -> None:
+    """Version 4 -> 5: the retracted events' table (nothing to move: no event was retracted)."""
+    change.tables.retracted.create(change.connection, checkfirst=True)
+
+
 def _keys_of_row(row: Any) -> dict[str, Any]:
     body = json.loads(row.body)
     call_id = body.get("tool_call_id") if row.type in ("tool_call", "tool_result") else None
@@ -348,6 +372,7 @@ SQL_SCHEMA: StoredFormat[SchemaChange] = StoredFormat(
         Migration(1, "add the compactions and long-term memory tables", _add_tables_of_version_2),
         Migration(2, "search_text keeps NUL as the letter sharp s, not U+FFFD", _recode_nul_in_search_text),
         Migration(3, "index events by id and by tool_call_id (event_key, call_key)", _index_event_and_call_ids),
+        Migration(4, "add the retracted events table", _add_retracted_table),
     ),
     remedy="upgrade chat-memory, or use another table_prefix",
 )

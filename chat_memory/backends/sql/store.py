@@ -18,6 +18,7 @@ from ..base import (
     CompactionPlan,
     CompactsWhileAppending,
     ConnectionField,
+    Retracts,
     Snapshot,
     Store,
     StoreNode,
@@ -31,7 +32,7 @@ from .schema import DEFAULT_TABLE_PREFIX, Tables
 T = TypeVar("T")
 
 
-class SQLStore(AppendsWithoutWindow, CompactsWhileAppending, Store):
+class SQLStore(AppendsWithoutWindow, CompactsWhileAppending, Retracts, Store):
     """Conversations in SQL tables, for the embedded SQLite default and for database servers.
 
     >>> store = SQLStore("sqlite:///chat.db")                      # or open_store("sqlite:///chat.db")
@@ -202,6 +203,15 @@ class SQLStore(AppendsWithoutWindow, CompactsWhileAppending, Store):
         cid = check_conversation_id(conversation_id)
         self._ready()
         self._write(self.ops.record_compaction_error, cid, message, what=f"recording the compaction error of {cid!r}")
+
+    def retract(self, conversation_id: str, event_ids: Collection[str]) -> list[Event]:
+        """One transaction: the rows move to the retracted table (see :meth:`SQLOperations.retract`)."""
+        cid = check_conversation_id(conversation_id)
+        self._ready()
+        return self._write(self.ops.retract, cid, list(event_ids), what=f"retraction in conversation {cid!r}")
+
+    def retracted(self, conversation_id: str) -> list[Event]:
+        return self._read(self.ops.retracted, check_conversation_id(conversation_id))
 
     def clear(self, conversation_id: str) -> None:
         cid = check_conversation_id(conversation_id)

@@ -7,7 +7,7 @@ event (its text, when it has any) followed by one ``tool_call`` event per entry 
 event (``<id>#1``, ``<id>#2``… for the tool calls after it); a message without one is given a
 ``uuid4`` id first, as LangGraph's ``add_messages`` reducer does (the message itself takes it).
 Each event keeps a digest of what the message said (``metadata["langchain_digest"]``), so that
-a re-sent copy is recognised and a different message under a stored id is refused
+a re-sent copy is recognised and a different message under a stored id replaces it
 (:mod:`.identity`).
 
 Window to messages, for a history (:func:`history_messages`): each stored message back with
@@ -99,11 +99,12 @@ def said_the_same(stored: Event, new: Event) -> bool:
 
 
 def removal_refused(index: int, message_id: str | None) -> InvalidInputError:
-    """The error for a ``RemoveMessage``: what removing needs, and that nothing was stored."""
+    """The error for a ``RemoveMessage`` where none can be applied (a list converted to events
+    as such, or the agent state after LangGraph's reducer): where removal works instead."""
     return InvalidInputError(
-        f"messages[{index}] is a RemoveMessage (id {message_id!r}): removing a stored message needs "
-        "retraction (memory.retract), which this version of chat-memory does not have; "
-        "REMOVE_ALL_MESSAGES (clear) is supported. Nothing of this list was stored"
+        f"messages[{index}] is a RemoveMessage (id {message_id!r}), which is not a message to store: "
+        "ChatMemoryHistory.add_messages applies it (it retracts the message), as does memory.retract. "
+        "Nothing of this list was stored"
     )
 
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from langchain_core.chat_history import BaseChatMessageHistory
-from langchain_core.messages import BaseMessage
+from langchain_core.messages import BaseMessage, RemoveMessage
 
 from ...backends.base import check_conversation_id
 from ...events import Event
 from ...steps import Steps, call
 from ..memory import AnyMemory, arun_memory, check_memory, run_sync
 from .convert import history_messages, message_events
-from .identity import check_pairs_alone, new_events, removals
+from .identity import apply_changes, check_pairs_alone, new_events, removals
 
 
 class ChatMemoryHistory(BaseChatMessageHistory):
@@ -22,8 +22,9 @@ class ChatMemoryHistory(BaseChatMessageHistory):
     as ``memory.add`` does), by LangChain's identity, the message ``id``, as LangGraph's
     ``add_messages`` reducer merges them: a message without an id is given one (a ``uuid4``),
     a re-sent copy of a stored message is not stored again, a different message under a
-    stored id is refused (replacing needs retraction), ``REMOVE_ALL_MESSAGES`` clears and a
-    ``RemoveMessage`` by id is refused (see :mod:`~chat_memory.integrations.langchain.identity`).
+    stored id replaces it (the stored one is retracted, the new one appended),
+    ``REMOVE_ALL_MESSAGES`` clears and a ``RemoveMessage`` by id retracts the message (see
+    :mod:`~chat_memory.integrations.langchain.identity` and docs/retraction.md).
 
     ``messages`` is the window, not the whole log: pinned ``SystemMessage`` s, the summary (a
     ``SystemMessage`` with ``summary_placement="system_prompt"``, a ``HumanMessage``
@@ -55,16 +56,18 @@ class ChatMemoryHistory(BaseChatMessageHistory):
     def _add(self, messages: Sequence[BaseMessage]) -> Steps[None]:
         cid = self.conversation_id
         clears, kept = removals(list(messages))
-        parts = message_events(kept)
+        removed = [(i, str(m.id)) for i, m in kept if isinstance(m, RemoveMessage)]
+        parts = message_events([(i, m) for i, m in kept if not isinstance(m, RemoveMessage)])
+        stored: dict[str, Event] = {}
         if clears:
             check_pairs_alone(parts)
-            yield from call("clear", cid)
-            stored: dict[str, Event] = {}
         else:
             stored = {e.id: e for e in (yield from call("window", cid))}
-        events = yield from new_events(cid, parts, stored, look_back=not clears)
-        if events:
-            yield from call("add", cid, events)
+        # every read and check before the first write: a refused list changes nothing
+        changes = yield from new_events(cid, parts, stored, look_back=not clears, removed=removed)
+        if clears:
+            yield from call("clear", cid)
+        yield from apply_changes(cid, changes)
 
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]

@@ -24,7 +24,7 @@ from ...steps import Steps, call
 from .. import missing_extra
 from ..memory import AnyMemory, arun_memory, check_memory, run_sync
 from .convert import events_from_messages, message_events, removal_refused, render
-from .identity import is_rendered, new_events
+from .identity import apply_changes, is_rendered, new_events
 
 try:
     from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
@@ -45,9 +45,10 @@ class ChatMemoryMiddleware(AgentMiddleware):
     agree on it). After the run, anything still unstored (a ``return_direct`` tool's result)
     is added too. Identity is the message id, as in LangGraph's reducer: an agent invoked
     with the history sent back (``{"messages": history.messages + [new]}``, with or without
-    a checkpointer) stores only ``new``; a message under a stored id with other content is
-    refused (replacing needs retraction). A ``RemoveMessage`` is applied by LangGraph to the
-    state before any hook sees it, so the memory keeps the message (see docs/integrations.md).
+    a checkpointer) stores only ``new``; a message of the window under a stored id with other
+    content replaces the stored one (retracted, the new one appended). A ``RemoveMessage`` is
+    applied by LangGraph to the state before any hook sees it, so the memory keeps the message
+    (use ``ChatMemoryHistory`` or ``memory.retract`` to take one back; see docs/integrations.md).
 
     ``conversation_id``: the conversation to keep; ``None`` uses the LangGraph ``thread_id``
     of the run (``config={"configurable": {"thread_id": ...}}``).
@@ -127,12 +128,11 @@ class ChatMemoryMiddleware(AgentMiddleware):
                 raise removal_refused(i, m.id)
         tail = unstored([m for _, m in indexed], set(stored))
         head = indexed[: len(indexed) - len(tail)]
-        # the state's messages in the window are compared too (an edited copy is refused);
-        # the older ones are left alone: the state holds them in the order they were stored
+        # the state's messages in the window are compared too (an edited copy replaces the
+        # stored one); the older ones are left alone: the state holds them in stored order
         parts = message_events([(i, m) for i, m in head if m.id in stored] + indexed[len(head) :])
-        events = yield from new_events(cid, parts, stored, look_back=False)
-        if events:
-            yield from call("add", cid, events)
+        changes = yield from new_events(cid, parts, stored, look_back=False)
+        yield from apply_changes(cid, changes)
 
     def _request(self, cid: str, request: ModelRequest) -> Steps[ModelRequest]:
         yield from self._store_new(cid, request.messages)
