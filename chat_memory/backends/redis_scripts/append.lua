@@ -73,7 +73,6 @@ if #wanted > 0 then
   for _, element in ipairs(redis.call('LRANGE', pinned, 0, -1)) do
     by_seq[seq_of(element)] = element
   end
-  local size = redis.call('LLEN', active)
   if #wanted > 32 then
     for _, element in ipairs(redis.call('LRANGE', active, 0, -1)) do
       by_seq[seq_of(element)] = element
@@ -82,18 +81,8 @@ if #wanted > 0 then
   for _, k in ipairs(wanted) do
     local seq = tonumber(indexed[k])
     local element = by_seq[seq]
-    local low, high = 0, size - 1
-    while not element and #wanted <= 32 and low <= high do
-      local middle = math.floor((low + high) / 2)
-      local probe = redis.call('LINDEX', active, middle)
-      local at = seq_of(probe)
-      if at == seq then
-        element = probe
-      elseif at < seq then
-        low = middle + 1
-      else
-        high = middle - 1
-      end
+    if not element and #wanted <= 32 then
+      element = active_at(seq)
     end
     if element and id_of(element) == batch_ids[k] then
       found[k] = element

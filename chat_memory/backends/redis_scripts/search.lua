@@ -58,18 +58,9 @@ local function element_of(s)
   if archived[1] then
     return '1', archived[1]
   end
-  local low, high = 0, redis.call('LLEN', active) - 1
-  while low <= high do
-    local middle = math.floor((low + high) / 2)
-    local element = redis.call('LINDEX', active, middle)
-    local at = seq_of(element)
-    if at == s then
-      return '0', element
-    elseif at < s then
-      low = middle + 1
-    else
-      high = middle - 1
-    end
+  local element = active_at(s)
+  if element then
+    return '0', element
   end
   return nil, nil
 end
