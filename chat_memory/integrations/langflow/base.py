@@ -20,7 +20,7 @@ from ...engine import ChatMemory
 from ..langchain import ChatMemoryHistory
 from ..langchain.convert import message_text
 from ..langchain.tools import as_langchain_tool
-from .fields import applicable, canvas_field_order, controlling_fields, field_value, input_for, shown
+from .fields import applicable, canvas_field_order, controlling_fields, field_value, input_for, show_for_form, shown
 
 _STORES: dict[str, Store] = {}
 _STORES_LOCK = threading.Lock()
@@ -128,15 +128,7 @@ class ChatMemoryComponent(LCChatMemoryComponent):
 
     def update_build_config(self, build_config: Any, field_value: Any, field_name: str | None = None) -> Any:
         """Show exactly the fields our ``showIf`` shows for the form's current values."""
-        definition = self.definition()
-        values = {
-            spec.name: build_config[spec.name].get("value") for spec in definition.fields if spec.name in build_config
-        }
-        if field_name in values:
-            values[field_name] = field_value
-        for name, visible in shown(definition, values).items():
-            if name in build_config:
-                build_config[name]["show"] = visible
+        show_for_form(self.definition(), build_config, field_value, field_name)
         return build_config
 
 

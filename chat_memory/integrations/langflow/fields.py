@@ -22,7 +22,7 @@ Two Langflow behaviours shape these inputs (lfx 1.13):
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from lfx.io import BoolInput, DropdownInput, FloatInput, IntInput, MessageTextInput, SecretStrInput, StrInput
@@ -118,6 +118,20 @@ def shown(definition: NodeDefinition, values: Mapping[str, Any]) -> dict[str, bo
     """For every field, whether it shows for these values (defaults filled in): our ``showIf``."""
     filled = {**definition.defaults(), **{k: v for k, v in values.items() if v is not None}}
     return {spec.name: spec.is_shown(filled) for spec in definition.fields}
+
+
+def show_for_form(
+    definition: NodeDefinition, build_config: Any, field_value: Any, field_name: str | None, keep: Collection[str] = ()
+) -> None:
+    """Set ``show`` on every field of a canvas form (``build_config``) as our ``showIf`` decides
+    for the form's values, ``field_name`` taking its new ``field_value``; the fields in ``keep``
+    are left as they are (their visibility follows another rule)."""
+    values = {spec.name: build_config[spec.name].get("value") for spec in definition.fields if spec.name in build_config}
+    if field_name in values:
+        values[field_name] = field_value
+    for name, visible in shown(definition, values).items():
+        if name in build_config and name not in keep:
+            build_config[name]["show"] = visible
 
 
 def applicable(definition: NodeDefinition, values: Mapping[str, Any]) -> dict[str, Any]:

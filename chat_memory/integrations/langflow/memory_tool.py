@@ -24,7 +24,7 @@ from ...longterm import MemoryLimits, MemoryTool, long_term_memory
 from ..langchain import ChatMemoryHistory
 from ..langchain.tools import as_langchain_tool
 from .base import shared_store
-from .fields import SECRET_FIELDS, applicable, canvas_field_order, controlling_fields, field_value, input_for, shown
+from .fields import SECRET_FIELDS, applicable, canvas_field_order, controlling_fields, field_value, input_for, show_for_form, shown
 
 #: The choices of Whose memory: the User ID field, or the run's Langflow session id.
 USER_ID, SESSION_ID = "User ID", "Session ID"
@@ -154,15 +154,7 @@ class MemoryToolComponent(Component):
 
     def update_build_config(self, build_config: Any, field_value: Any, field_name: str | None = None) -> Any:
         """Show the User ID for Whose memory = User ID, and only the chosen storage's fields."""
-        definition = self.definition()
-        values = {
-            spec.name: build_config[spec.name].get("value") for spec in definition.fields if spec.name in build_config
-        }
-        if field_name in values:
-            values[field_name] = field_value
-        for name, visible in shown(definition, values).items():
-            if name in build_config and name != NAMESPACE:
-                build_config[name]["show"] = visible
+        show_for_form(self.definition(), build_config, field_value, field_name, keep=(NAMESPACE,))
         owner = field_value if field_name == OWNER else build_config.get(OWNER, {}).get("value")
         if NAMESPACE in build_config:
             build_config[NAMESPACE]["show"] = owner != SESSION_ID
