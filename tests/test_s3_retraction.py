@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import json
 import threading
 import uuid
 
@@ -24,6 +23,7 @@ from chat_memory.errors import InvalidInputError, SchemaError
 from chat_memory.search import SearchQuery
 from tests.fixtures.s3 import STORE_PARAMS
 from tests.helpers import fixed_tokens, seqs
+from tests.s3_segments import numbered, object_keys, referenced, stored_head
 
 NONE = MemoryConfig(compaction_strategy="none")
 
@@ -36,28 +36,6 @@ def base(request) -> S3Store:
 def small(base: S3Store, prefix: str | None = None, **options) -> S3Store:
     options = {"tail_events": 3, "segment_events": 2, **options}
     return S3Store(base.client, base.bucket, prefix or uuid.uuid4().hex[:12], create_bucket=False, **options)
-
-
-def numbered(n: int, start: int = 0) -> list[Event]:
-    """Tool calls and their results: c<k> and r<k> for k = start, start + 2, …"""
-    events: list[Event] = []
-    for k in range(start, start + n, 2):
-        events += [Event.tool_call("f", {"k": k}, call_id=f"c{k}", tokens=1), Event.tool_result(f"c{k}", f"r{k}", tokens=1)]
-    return events[:n]
-
-
-def stored_head(store: S3Store, cid: str) -> dict:
-    return json.loads(store.client.get_object(Bucket=store.bucket, Key=store.layout.head(cid))["Body"].read())
-
-
-def object_keys(store: S3Store) -> set[str]:
-    listing = store.client.list_objects_v2(Bucket=store.bucket, Prefix=f"{store.layout.prefix}archive/")
-    return {obj["Key"] for obj in listing.get("Contents", [])}
-
-
-def referenced(store: S3Store, cid: str) -> set[str]:
-    head = store._read_head(cid)[0]
-    return {store.layout.segment_key(head, ref) for ref in (*head.segments, *head.window, *head.retracted)}
 
 
 def test_a_retraction_takes_events_and_partners_out_of_the_tail_the_window_and_the_archive(base):

@@ -24,6 +24,7 @@ from chat_memory.testing.store_conformance import StoreConformance
 from tests.conftest import WRITER_PROCESSES as WRITERS
 from tests.helpers import fixed_tokens, seqs
 from tests.workers import append_turns
+from tests.s3_segments import numbered, object_keys, referenced, stored_head
 
 NONE = MemoryConfig(compaction_strategy="none")
 
@@ -40,27 +41,6 @@ class TestEveryRuleThroughWindowSegments(StoreConformance):
         store = small_store(s3_mock_client)
         yield store
         store.close()
-
-
-def numbered(n: int, start: int = 0) -> list[Event]:
-    events: list[Event] = []
-    for k in range(start, start + n, 2):
-        events += [Event.tool_call("f", {"k": k}, call_id=f"c{k}", tokens=1), Event.tool_result(f"c{k}", f"r{k}", tokens=1)]
-    return events[:n]
-
-
-def stored_head(store: S3Store, cid: str) -> dict:
-    return json.loads(store.client.get_object(Bucket=store.bucket, Key=store.layout.head(cid))["Body"].read())
-
-
-def object_keys(store: S3Store) -> set[str]:
-    listing = store.client.list_objects_v2(Bucket=store.bucket, Prefix=f"{store.layout.prefix}archive/")
-    return {obj["Key"] for obj in listing.get("Contents", [])}
-
-
-def referenced(store: S3Store, cid: str) -> set[str]:
-    head = store._read_head(cid)[0]
-    return {store.layout.segment_key(head, ref) for ref in (*head.segments, *head.window)}
 
 
 @settings(max_examples=30, deadline=None)
