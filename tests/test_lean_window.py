@@ -1,4 +1,4 @@
-"""The lean window (issue 11, section 2): search leaves the recall tools' own echoes out,
+"""The lean window: search leaves the recall tools' own echoes out,
 newer pinned system events supersede older ones, ChatMemory renders its own window, and
 large tool results already read are shown as stubs that fetch_tool_result undoes. The store
 tests run on every backend."""

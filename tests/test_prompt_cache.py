@@ -1,5 +1,5 @@
 """Compaction that keeps the prefix stable (``compact_to_ratio``), the prefix-cache model the
-benchmark prices requests with, and issue 11's done-when check on the benchmark transcript."""
+benchmark prices requests with, and the cache-share and cost bounds on the benchmark transcript."""
 
 from __future__ import annotations
 
@@ -141,7 +141,7 @@ def test_without_breakpoints_nothing_is_cached_and_everything_costs_the_base_pri
     assert cache.tally.cached_tokens == 0 and cache.tally.cost_cached == cache.tally.input_tokens
 
 
-# -- issue 11, done when ----------------------------------------------------------------------
+# -- the benchmark transcript: cache share and cost bounds ----------------------------------
 
 
 def test_turn_window_of_ten_with_the_recommended_settings_is_served_from_the_cache_and_keeps_every_fact():

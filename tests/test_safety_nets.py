@@ -1,4 +1,4 @@
-"""Issue 12's safety nets: auto-compact, forced compaction, the overflow retry, the size limits
+"""The safety nets: auto-compact, forced compaction, the overflow retry, the size limits
 of single events, summarizer fallback and compaction records."""
 
 from __future__ import annotations

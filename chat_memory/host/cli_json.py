@@ -16,7 +16,7 @@ STATS_FIELDS = ("active_events", "archived_events", "archived_summaries", "turns
 
 def dumps(value: Any) -> str:
     """JSON text as the command line prints it (indented, non-ASCII kept; control characters
-    and bidi overrides as ``\\uXXXX`` escapes, see :func:`~.cli_text.json_text`)."""
+    and bidi overrides as ``\\u202e``-style escapes, see :func:`~.cli_text.json_text`)."""
     return json_text(json.dumps(value, indent=2, ensure_ascii=False))
 
 

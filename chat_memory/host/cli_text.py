@@ -39,7 +39,7 @@ def terminal_text(text: str) -> str:
 
 def json_text(text: str) -> str:
     """JSON text (as ``json.dumps`` writes it, non-ASCII kept) with DEL, the C1 controls and
-    the bidi overrides written as ``\\uXXXX`` escapes: still valid JSON, the same values once
+    the bidi overrides written as ``\\u202e``-style escapes: still valid JSON, the same values once
     parsed. (These characters can only occur inside JSON strings, so the replacement never
     touches the syntax.)"""
     return _UNSAFE_IN_JSON.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
