@@ -26,12 +26,12 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from chat_memory import ChatMemory, Event, MemoryConfig  # noqa: E402
-from chat_memory.backends.redis import RedisStore  # noqa: E402
-from chat_memory.backends.s3 import S3Store  # noqa: E402
-from chat_memory.backends.sql import SQLStore  # noqa: E402
-from tests.services.redis import start_redis  # noqa: E402
-from tests.services.s3 import DUMMY_AWS_ENV, start_moto_server  # noqa: E402
+from chat_memory import ChatMemory, Event, MemoryConfig
+from chat_memory.backends.redis import RedisStore
+from chat_memory.backends.s3 import S3Store
+from chat_memory.backends.sql import SQLStore
+from tests.services.redis import start_redis
+from tests.services.s3 import DUMMY_AWS_ENV, start_moto_server
 
 
 def history(n: int) -> list[Event]:
@@ -76,18 +76,30 @@ class Wire:
 
 def measure(name: str, store: Any, events: int, adds: int) -> None:
     store.append("long", history(events))
-    memory = ChatMemory(store, MemoryConfig(compaction_strategy="none"), token_counter=lambda t: len(t.split()))
+    memory = ChatMemory(
+        store, MemoryConfig(compaction_strategy="none"), token_counter=lambda t: len(t.split())
+    )
     wire = Wire(store.client) if name == "S3" else None
     columns = []
     for label, add in (
-        ("user+assistant", lambda i: memory.add("long", [Event.user(f"q{i}"), Event.assistant(f"a{i}")])),
-        ("tool call", lambda i: memory.add("long", Event.tool_call("lookup", {"i": i}, call_id=f"b-{i}"))),
+        (
+            "user+assistant",
+            lambda i: memory.add("long", [Event.user(f"q{i}"), Event.assistant(f"a{i}")]),
+        ),
+        (
+            "tool call",
+            lambda i: memory.add("long", Event.tool_call("lookup", {"i": i}, call_id=f"b-{i}")),
+        ),
         ("tool result", lambda i: memory.add("long", Event.tool_result(f"b-{i}", "done"))),
     ):
         if wire is not None:
             wire.requests = wire.bytes = 0
         ms = median_ms(adds, add)
-        traffic = f" ({wire.requests / adds:.1f} req, {wire.bytes / adds / 1024:.0f} KiB)" if wire is not None else ""
+        traffic = (
+            f" ({wire.requests / adds:.1f} req, {wire.bytes / adds / 1024:.0f} KiB)"
+            if wire is not None
+            else ""
+        )
         columns.append(f"{label} {ms:8.1f} ms{traffic}")
     print(f"{name:8} {events:>7,} events: " + "   ".join(columns))
 
@@ -115,7 +127,9 @@ def main() -> None:
         os.environ.update(DUMMY_AWS_ENV)
         moto, endpoint = start_moto_server()
         try:
-            store = S3Store.from_url(f"s3://bench-append/cost?endpoint_url={endpoint}&region=us-east-1")
+            store = S3Store.from_url(
+                f"s3://bench-append/cost?endpoint_url={endpoint}&region=us-east-1"
+            )
             measure("S3", store, args.events, args.adds)
             store.close()
         finally:

@@ -36,7 +36,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from chat_memory import AsyncChatMemory, ChatMemory, Event, open_async_store, open_store  # noqa: E402
+from chat_memory import AsyncChatMemory, ChatMemory, Event, open_async_store, open_store
 
 CONFIG = {"compaction_strategy": "turn_window", "max_turns": 4}
 TICK = 0.001
@@ -49,8 +49,12 @@ def tokens(text: str) -> int:
 
 def turn(conversation: int, i: int) -> list[Event]:
     return [
-        Event.user(f"Conversation {conversation}, turn {i}: where is order #{conversation * 100 + i}?"),
-        Event.assistant(f"Order #{conversation * 100 + i} shipped; tracking code TRK-{conversation:04d}-{i:03d}."),
+        Event.user(
+            f"Conversation {conversation}, turn {i}: where is order #{conversation * 100 + i}?"
+        ),
+        Event.assistant(
+            f"Order #{conversation * 100 + i} shipped; tracking code TRK-{conversation:04d}-{i:03d}."
+        ),
     ]
 
 
@@ -85,8 +89,14 @@ class Ticker:
         self._stop.set()
 
 
-async def drive(driver: str, default: bool, conversations: int, turns: int,
-                add: Callable[[str, list[Event]], Awaitable[Any]], window: Callable[[str], Awaitable[Any]]) -> Run:
+async def drive(
+    driver: str,
+    default: bool,
+    conversations: int,
+    turns: int,
+    add: Callable[[str, list[Event]], Awaitable[Any]],
+    window: Callable[[str], Awaitable[Any]],
+) -> Run:
     """``conversations`` concurrent conversations of ``turns`` turns each, with the ticker."""
     latencies: list[float] = []
 
@@ -109,7 +119,9 @@ async def drive(driver: str, default: bool, conversations: int, turns: int,
     return Run(driver, default, seconds, conversations * turns, p99 * 1000, ticker.longest * 1000)
 
 
-async def async_memory(url: str, conversations: int, turns: int, workers: int, threads: bool) -> Run:
+async def async_memory(
+    url: str, conversations: int, turns: int, workers: int, threads: bool
+) -> Run:
     store = open_async_store(url, threads=threads, max_workers=workers)
     default = open_async_store(url, max_workers=workers)
     picked = default.native == store.native
@@ -134,7 +146,9 @@ async def sync_in_threads(url: str, conversations: int, turns: int, workers: int
         return await loop.run_in_executor(pool, memory.window, cid)
 
     try:
-        return await drive(f"sync API in threads ({workers})", False, conversations, turns, add, window)
+        return await drive(
+            f"sync API in threads ({workers})", False, conversations, turns, add, window
+        )
     finally:
         pool.shutdown()
         memory.store.close()
@@ -200,10 +214,14 @@ class Backends:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--conversations", type=int, default=1_000)
     parser.add_argument("--turns", type=int, default=5)
-    parser.add_argument("--workers", type=int, default=16, help="threads of the thread-pool drivers")
+    parser.add_argument(
+        "--workers", type=int, default=16, help="threads of the thread-pool drivers"
+    )
     parser.add_argument("--backends", default="sqlite,postgres,redis")
     args = parser.parse_args()
 
@@ -212,21 +230,31 @@ def main() -> None:
     results: dict[str, list[Run]] = {}
     try:
         for name in names:
-            results[name] = [asyncio.run(run(backends.url(name), args.conversations, args.turns, args.workers))
-                             for run in DRIVERS]
+            results[name] = [
+                asyncio.run(run(backends.url(name), args.conversations, args.turns, args.workers))
+                for run in DRIVERS
+            ]
     finally:
         backends.close()
 
-    print(f"{args.conversations} concurrent conversations x {args.turns} turns (add + window) on one event loop, "
-          f"turn_window max_turns={CONFIG['max_turns']}; stall = how late a 1 ms ticker woke up")
+    print(
+        f"{args.conversations} concurrent conversations x {args.turns} turns (add + window) on one event loop, "
+        f"turn_window max_turns={CONFIG['max_turns']}; stall = how late a 1 ms ticker woke up"
+    )
     print()
-    print(f"{'store':<10}{'  driver (* = the default)':<30}{'turns/s':>9}{'vs sync threads':>17}{'add p99 ms':>12}{'longest stall ms':>18}")
+    print(
+        f"{'store':<10}{'  driver (* = the default)':<30}{'turns/s':>9}{'vs sync threads':>17}{'add p99 ms':>12}{'longest stall ms':>18}"
+    )
     for name, runs in results.items():
-        baseline = next(run for run in runs if run.driver.startswith("sync API in threads")).turns_per_second
+        baseline = next(
+            run for run in runs if run.driver.startswith("sync API in threads")
+        ).turns_per_second
         for run in runs:
             driver = ("* " if run.default else "  ") + run.driver
-            print(f"{name:<10}{driver:<30}{run.turns_per_second:>9.0f}{run.turns_per_second / baseline:>17.2f}"
-                  f"{run.add_p99_ms:>12.1f}{run.longest_stall_ms:>18.1f}")
+            print(
+                f"{name:<10}{driver:<30}{run.turns_per_second:>9.0f}{run.turns_per_second / baseline:>17.2f}"
+                f"{run.add_p99_ms:>12.1f}{run.longest_stall_ms:>18.1f}"
+            )
 
 
 if __name__ == "__main__":

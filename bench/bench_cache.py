@@ -24,7 +24,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.cache_model import (  # noqa: E402
+from bench.cache_model import (
     SYSTEM_PROMPT,
     Fact,
     PrefixCache,
@@ -35,8 +35,8 @@ from bench.cache_model import (  # noqa: E402
     transcript,
     unreachable,
 )
-from chat_memory import Event, MemoryConfig, to_anthropic  # noqa: E402
-from chat_memory.tokens import PER_EVENT_OVERHEAD, default_token_counter  # noqa: E402
+from chat_memory import Event, MemoryConfig, to_anthropic
+from chat_memory.tokens import PER_EVENT_OVERHEAD, default_token_counter
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BASELINE = "turn window 10 · ratio 1.0 · no cache"
@@ -49,24 +49,53 @@ Row = tuple[str, Tally, str]
 
 def chat_memory_rows(turns: list[Turn], facts: list[Fact]) -> list[Row]:
     configs: list[tuple[str, dict[str, Any], bool]] = [
-        (BASELINE, {"compaction_strategy": "turn_window", "max_turns": 10, "compact_to_ratio": 1.0}, False),
+        (
+            BASELINE,
+            {"compaction_strategy": "turn_window", "max_turns": 10, "compact_to_ratio": 1.0},
+            False,
+        ),
     ]
     for ratio in (1.0, 0.75, 0.5, 0.25):
         configs.append(
-            (f"turn window 10 · ratio {ratio}", {"compaction_strategy": "turn_window", "max_turns": 10, "compact_to_ratio": ratio}, True)
+            (
+                f"turn window 10 · ratio {ratio}",
+                {"compaction_strategy": "turn_window", "max_turns": 10, "compact_to_ratio": ratio},
+                True,
+            )
         )
     for ratio in (1.0, 0.5):
         configs.append(
-            (f"sliding window 46 events · ratio {ratio}", {"compaction_strategy": "sliding_window", "max_events": 46, "compact_to_ratio": ratio}, True)
+            (
+                f"sliding window 46 events · ratio {ratio}",
+                {
+                    "compaction_strategy": "sliding_window",
+                    "max_events": 46,
+                    "compact_to_ratio": ratio,
+                },
+                True,
+            )
         )
         configs.append(
-            (f"token count {TOKEN_BUDGET} · ratio {ratio}", {"compaction_strategy": "token_count", "max_tokens": TOKEN_BUDGET, "compact_to_ratio": ratio}, True)
+            (
+                f"token count {TOKEN_BUDGET} · ratio {ratio}",
+                {
+                    "compaction_strategy": "token_count",
+                    "max_tokens": TOKEN_BUDGET,
+                    "compact_to_ratio": ratio,
+                },
+                True,
+            )
         )
     for ratio in (1.0, 0.25):
         configs.append(
             (
                 f"recursive summarization 46→23 · ratio {ratio}",
-                {"compaction_strategy": "recursive_summarization", "max_events": 46, "max_events_to_keep": 23, "compact_to_ratio": ratio},
+                {
+                    "compaction_strategy": "recursive_summarization",
+                    "max_events": 46,
+                    "max_events_to_keep": 23,
+                    "compact_to_ratio": ratio,
+                },
                 True,
             )
         )
@@ -93,7 +122,12 @@ def _langchain_history(turn: Turn) -> Any:
     def step(i: int) -> list[Any]:
         s = turn.steps[i]
         assert s.call is not None and s.result is not None
-        call = {"name": s.call.tool_name, "args": s.call.arguments, "id": s.call.tool_call_id, "type": "tool_call"}
+        call = {
+            "name": s.call.tool_name,
+            "args": s.call.arguments,
+            "id": s.call.tool_call_id,
+            "type": "tool_call",
+        }
         return [
             AIMessage("", tool_calls=[call], id=s.call.id),
             ToolMessage(s.result.content or "", tool_call_id=s.result.tool_call_id, id=s.result.id),
@@ -139,7 +173,9 @@ def _message_tokens() -> Callable[[Any], int]:
     return tokens
 
 
-def _drive(turns: list[Turn], before_request: Callable[[list[Any]], list[Any]]) -> tuple[Tally, list[Any]]:
+def _drive(
+    turns: list[Turn], before_request: Callable[[list[Any]], list[Any]]
+) -> tuple[Tally, list[Any]]:
     """Replay as an agent built on LangChain: the full history is kept and appended to;
     ``before_request`` turns it into what the model is sent (and may replace the history)."""
     history: list[Any] = []
@@ -181,10 +217,18 @@ def langchain_rows(turns: list[Turn], facts: list[Fact]) -> list[Row]:
     sys.stderr.write("LangChain: trim_messages\n")
 
     def trimmed(history: list[Any]) -> list[Any]:
-        return trim_messages(history, max_tokens=TOKEN_BUDGET, strategy="last", token_counter=counted, start_on="human")
+        return trim_messages(
+            history,
+            max_tokens=TOKEN_BUDGET,
+            strategy="last",
+            token_counter=counted,
+            start_on="human",
+        )
 
     tally, sent = _drive(turns, trimmed)
-    rows.append((f"LangChain trim_messages · last {TOKEN_BUDGET} tokens", tally, window_facts(sent)))
+    rows.append(
+        (f"LangChain trim_messages · last {TOKEN_BUDGET} tokens", tally, window_facts(sent))
+    )
     try:
         from langchain.agents.middleware import SummarizationMiddleware
         from langchain_core.language_models.fake_chat_models import FakeListChatModel
@@ -193,7 +237,10 @@ def langchain_rows(turns: list[Turn], facts: list[Fact]) -> list[Row]:
         sys.stderr.write(f"langchain v1 not installed ({exc}); skipping SummarizationMiddleware\n")
         return rows
     sys.stderr.write("LangChain: SummarizationMiddleware\n")
-    summary = "The user is working through logistics questions; the agent looked up orders and metrics. " * 3
+    summary = (
+        "The user is working through logistics questions; the agent looked up orders and metrics. "
+        * 3
+    )
     middleware = SummarizationMiddleware(
         FakeListChatModel(responses=[summary]),
         trigger=("tokens", TOKEN_BUDGET),
@@ -209,7 +256,13 @@ def langchain_rows(turns: list[Turn], facts: list[Fact]) -> list[Row]:
         return history
 
     tally, sent = _drive(turns, summarized)
-    rows.append((f"LangChain SummarizationMiddleware · {TOKEN_BUDGET} tokens, keep 20", tally, window_facts(sent)))
+    rows.append(
+        (
+            f"LangChain SummarizationMiddleware · {TOKEN_BUDGET} tokens, keep 20",
+            tally,
+            window_facts(sent),
+        )
+    )
     return rows
 
 
@@ -228,7 +281,9 @@ def table(rows: list[Row]) -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--turns", type=int, default=300)
     parser.add_argument("--facts", type=int, default=50)
     args = parser.parse_args()

@@ -24,13 +24,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from chat_memory import ChatMemory, Event, MemoryConfig  # noqa: E402
-from chat_memory.backends.s3 import S3Store  # noqa: E402
-from chat_memory.search import SearchQuery  # noqa: E402
+from chat_memory import ChatMemory, Event, MemoryConfig
+from chat_memory.backends.s3 import S3Store
+from chat_memory.search import SearchQuery
 
 os.environ.update(
-    AWS_ACCESS_KEY_ID="bench", AWS_SECRET_ACCESS_KEY="bench", AWS_DEFAULT_REGION="us-east-1",
-    AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+    AWS_ACCESS_KEY_ID="bench",
+    AWS_SECRET_ACCESS_KEY="bench",
+    AWS_DEFAULT_REGION="us-east-1",
+    AWS_CONFIG_FILE=os.devnull,
+    AWS_SHARED_CREDENTIALS_FILE=os.devnull,
 )
 TEXT = "lorem ipsum dolor sit amet " * 4
 
@@ -70,7 +73,9 @@ def start_server() -> tuple[object, str]:
 
 
 def url(endpoint: str, **options: object) -> str:
-    query = "&".join([f"endpoint_url={endpoint}", "region=us-east-1", *(f"{k}={v}" for k, v in options.items())])
+    query = "&".join(
+        [f"endpoint_url={endpoint}", "region=us-east-1", *(f"{k}={v}" for k, v in options.items())]
+    )
     return f"s3://chat-memory-bench/{uuid.uuid4().hex[:10]}?{query}"
 
 
@@ -79,7 +84,9 @@ def url(endpoint: str, **options: object) -> str:
 
 def per_turn_cost(endpoint: str, stored: int, turns: int, cap: str) -> dict[str, float]:
     store = S3Store.from_url(url(endpoint, max_archived_events=cap))
-    memory = ChatMemory(store, MemoryConfig(compaction_strategy="turn_window", max_turns=3), token_counter=words)
+    memory = ChatMemory(
+        store, MemoryConfig(compaction_strategy="turn_window", max_turns=3), token_counter=words
+    )
     seeded = 0
     while seeded < stored:
         memory.add("c", [e for i in range(100) for e in turn(f"seed {seeded + i}")])
@@ -107,7 +114,9 @@ def per_turn_cost(endpoint: str, stored: int, turns: int, cap: str) -> dict[str,
 def contending_writer(store_url: str, writer: int, turns: int) -> dict[str, float]:
     store = S3Store.from_url(store_url)
     traffic = Traffic(store.client)
-    memory = ChatMemory(store, MemoryConfig(compaction_strategy="turn_window", max_turns=3), token_counter=words)
+    memory = ChatMemory(
+        store, MemoryConfig(compaction_strategy="turn_window", max_turns=3), token_counter=words
+    )
     started = time.perf_counter()
     for i in range(turns):
         memory.add("shared", turn(f"w{writer} t{i}"))
@@ -124,7 +133,9 @@ def contention(endpoint: str, writers: int, turns: int) -> dict[str, float]:
     store = S3Store.from_url(store_url)
     history = store.history("shared")
     store.close()
-    assert [e.seq for e in history] == list(range(1, 2 * writers * turns + 1)), "lost or duplicated events"
+    assert [e.seq for e in history] == list(range(1, 2 * writers * turns + 1)), (
+        "lost or duplicated events"
+    )
     adds = writers * turns
     wall = max(r["seconds"] for r in results)
     return {
@@ -141,9 +152,13 @@ def contention(endpoint: str, writers: int, turns: int) -> dict[str, float]:
 
 def search_latency(endpoint: str, read_workers: int, repeats: int = 20) -> dict[str, float]:
     store = S3Store.from_url(url(endpoint), read_workers=read_workers)
-    memory = ChatMemory(store, MemoryConfig(compaction_strategy="turn_window", max_turns=3), token_counter=words)
+    memory = ChatMemory(
+        store, MemoryConfig(compaction_strategy="turn_window", max_turns=3), token_counter=words
+    )
     for start in range(0, 1100, 100):
-        memory.add("c", [e for i in range(start, start + 50) for e in turn(f"needle{i % 7} seed {i}")])
+        memory.add(
+            "c", [e for i in range(start, start + 50) for e in turn(f"needle{i % 7} seed {i}")]
+        )
     snapshot = store.load("c")
     assert snapshot.archived_count == 1000, snapshot.archived_count
     traffic = Traffic(store.client)
@@ -164,7 +179,13 @@ def search_latency(endpoint: str, read_workers: int, repeats: int = 20) -> dict[
     requests = traffic.requests / (repeats + 1)
     segments = len(store._read_head("c")[0].segments)
     store.close()
-    return {"load_ms": load_ms, "search_ms": search_ms, "requests": requests, "total": result.total, "segments": segments}
+    return {
+        "load_ms": load_ms,
+        "search_ms": search_ms,
+        "requests": requests,
+        "total": result.total,
+        "segments": segments,
+    }
 
 
 def main() -> None:
@@ -175,21 +196,31 @@ def main() -> None:
     args = parser.parse_args()
     server, endpoint = start_server()
     try:
-        print("1. Per-turn cost of add() with turn_window compaction (requests and bytes sent per turn)")
-        print(f"{'archive cap':<12} {'stored':>7} {'archived':>8} {'req/turn':>9} {'KiB/turn':>9} {'head KiB':>9} {'ms/turn':>8}")
+        print(
+            "1. Per-turn cost of add() with turn_window compaction (requests and bytes sent per turn)"
+        )
+        print(
+            f"{'archive cap':<12} {'stored':>7} {'archived':>8} {'req/turn':>9} {'KiB/turn':>9} {'head KiB':>9} {'ms/turn':>8}"
+        )
         for cap in ("1000", "none"):
             rows = {}
             for stored in (200, 4000):
                 rows[stored] = r = per_turn_cost(endpoint, stored, args.turns, cap)
-                print(f"{cap:<12} {stored:>7} {r['archived']:>8} {r['requests']:>9.2f} {r['kib']:>9.2f} {r['head_kib']:>9.2f} {r['ms']:>8.1f}")
+                print(
+                    f"{cap:<12} {stored:>7} {r['archived']:>8} {r['requests']:>9.2f} {r['kib']:>9.2f} {r['head_kib']:>9.2f} {r['ms']:>8.1f}"
+                )
             small, large = rows[200], rows[4000]
             print(
                 f"{'ratio 4000/200':<29} {large['requests'] / small['requests']:>9.2f} {large['kib'] / small['kib']:>9.2f} "
                 f"{large['head_kib'] / small['head_kib']:>9.2f} {large['ms'] / small['ms']:>8.2f}"
             )
         print()
-        print(f"2. {args.writers} processes appending to one conversation ({args.writer_turns} turns each, compaction on)")
-        print(f"{'writers':>7} {'adds':>5} {'req/add':>8} {'412/add':>8} {'ms/add':>7} {'adds/s, all':>12}")
+        print(
+            f"2. {args.writers} processes appending to one conversation ({args.writer_turns} turns each, compaction on)"
+        )
+        print(
+            f"{'writers':>7} {'adds':>5} {'req/add':>8} {'412/add':>8} {'ms/add':>7} {'adds/s, all':>12}"
+        )
         alone = contention(endpoint, 1, args.writer_turns)
         crowd = contention(endpoint, args.writers, args.writer_turns)
         for n, r in ((1, alone), (args.writers, crowd)):
@@ -203,8 +234,12 @@ def main() -> None:
         )
         print("   no event lost or duplicated (seq gap-free)")
         print()
-        print("3. Search (page 2 of 10) over a full archive (1000 archived events) vs reading the window")
-        print(f"{'segment reads':<14} {'segments':>8} {'load ms':>8} {'search ms':>10} {'ratio':>6} {'req/search':>11} {'matches':>8}")
+        print(
+            "3. Search (page 2 of 10) over a full archive (1000 archived events) vs reading the window"
+        )
+        print(
+            f"{'segment reads':<14} {'segments':>8} {'load ms':>8} {'search ms':>10} {'ratio':>6} {'req/search':>11} {'matches':>8}"
+        )
         for workers in (1, 8):
             r = search_latency(endpoint, workers)
             label = "sequential" if workers == 1 else f"{workers} threads"

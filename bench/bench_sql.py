@@ -26,11 +26,11 @@ import sqlalchemy as sa
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from chat_memory import ChatMemory, Event, MemoryConfig  # noqa: E402
-from chat_memory.backends.base import CompactionPlan  # noqa: E402
-from chat_memory.backends.sql import SQLStore  # noqa: E402
-from chat_memory.search import SearchQuery  # noqa: E402
-from tests.services.postgres import start_postgres  # noqa: E402
+from chat_memory import ChatMemory, Event, MemoryConfig
+from chat_memory.backends.base import CompactionPlan
+from chat_memory.backends.sql import SQLStore
+from chat_memory.search import SearchQuery
+from tests.services.postgres import start_postgres
 
 HISTORY_LENGTHS = (100, 1_000, 10_000, 100_000)
 BATCH = 5_000
@@ -53,26 +53,36 @@ def median_ms(action: Callable[[], object], repeat: int) -> float:
 
 
 def history_event(i: int) -> Event:
-    text = f"needle {i} in the haystack" if i % 1000 == 7 else f"message {i} about order {i * 7 % 9973} and shipping"
+    text = (
+        f"needle {i} in the haystack"
+        if i % 1000 == 7
+        else f"message {i} about order {i * 7 % 9973} and shipping"
+    )
     return Event.user(text, tokens=6) if i % 2 == 0 else Event.assistant(text, tokens=6)
 
 
 def bulk_load(store: SQLStore, cid: str, count: int) -> None:
     """Append the history in big batches, archiving after each so the window stays small."""
     for start in range(0, count, BATCH):
-        snapshot = store.append(cid, [history_event(i) for i in range(start, min(count, start + BATCH))])
+        snapshot = store.append(
+            cid, [history_event(i) for i in range(start, min(count, start + BATCH))]
+        )
         store.apply(cid, CompactionPlan(snapshot.version, archive_through_seq=snapshot.last_seq))
 
 
 def per_turn_ms(store: SQLStore, cid: str) -> float:
-    memory = ChatMemory(store, MemoryConfig(compaction_strategy="turn_window", max_turns=10), token_counter=words)
+    memory = ChatMemory(
+        store, MemoryConfig(compaction_strategy="turn_window", max_turns=10), token_counter=words
+    )
     counter = iter(range(10**9))
 
     def turn() -> None:
         n = next(counter)
         call = Event.tool_call("get_order", {"id": n})
         result = Event.tool_result(call.tool_call_id, '{"status": "shipped"}')
-        memory.add(cid, [Event.user(f"where is order {n}?"), call, result, Event.assistant("It shipped.")])
+        memory.add(
+            cid, [Event.user(f"where is order {n}?"), call, result, Event.assistant("It shipped.")]
+        )
         memory.window(cid)
 
     for _ in range(WARMUP_TURNS):
@@ -94,9 +104,17 @@ def baseline_ms(engine: sa.Engine, count: int) -> float:
     metadata.create_all(engine)
     with engine.begin() as connection:
         for start in range(0, count, BATCH):
-            rows = [{"conversation": 1, "seq": i, "body": history_event(i).to_json()} for i in range(start, min(count, start + BATCH))]
+            rows = [
+                {"conversation": 1, "seq": i, "body": history_event(i).to_json()}
+                for i in range(start, min(count, start + BATCH))
+            ]
             connection.execute(plain.insert(), rows)
-    query = sa.select(plain.c.body).where(plain.c.conversation == 1).order_by(plain.c.seq.desc()).limit(40)
+    query = (
+        sa.select(plain.c.body)
+        .where(plain.c.conversation == 1)
+        .order_by(plain.c.seq.desc())
+        .limit(40)
+    )
 
     def read() -> None:
         with engine.connect() as connection:
@@ -111,7 +129,11 @@ def settle(store: SQLStore) -> None:
     names = (store.tables.events.name, store.tables.conversations.name)
     with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as connection:
         for name in names:
-            connection.exec_driver_sql(f"VACUUM ANALYZE {name}" if store.engine.dialect.name == "postgresql" else f"ANALYZE {name}")
+            connection.exec_driver_sql(
+                f"VACUUM ANALYZE {name}"
+                if store.engine.dialect.name == "postgresql"
+                else f"ANALYZE {name}"
+            )
 
 
 def run_backend(name: str, url: str) -> list[str]:
@@ -139,17 +161,27 @@ def run_backend(name: str, url: str) -> list[str]:
 
 def search_lines(name: str, store: SQLStore, turn_ms: float) -> list[str]:
     lines = []
-    for label, keyword in (("rare (100 hits)", "needle"), ("common (all)", "shipping"), ("absent", "zebra")):
+    for label, keyword in (
+        ("rare (100 hits)", "needle"),
+        ("common (all)", "shipping"),
+        ("absent", "zebra"),
+    ):
         query = SearchQuery.build(keyword, "phrase", 0, 10)
         total = store.search("bench", query).total
         cost = median_ms(lambda: store.search("bench", query), 15)
-        lines.append(f"  search {name:<10} {label:<16} total={total:<7} first page {cost:8.2f} ms = {cost / turn_ms:5.1f}x a turn")
+        lines.append(
+            f"  search {name:<10} {label:<16} total={total:<7} first page {cost:8.2f} ms = {cost / turn_ms:5.1f}x a turn"
+        )
     return lines
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sqlite", action="store_true", help="SQLite only (do not start PostgreSQL)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--sqlite", action="store_true", help="SQLite only (do not start PostgreSQL)"
+    )
     args = parser.parse_args()
     header = (
         f"{'backend':<10} {'history':>8} {'turn ms':>10} {'vs 100':>9} {'baseline ms':>11} {'vs 100':>9}"
@@ -167,9 +199,15 @@ def main() -> None:
                 print(line, flush=True)
         finally:
             server.stop()
-    print("turn = add([user, tool_call, tool_result, assistant]) + window(), with turn-window compaction;")
-    print("baseline = SELECT body … ORDER BY seq DESC LIMIT 40 on a bare table of the same length. Medians.")
-    print("cold = per-turn cost right after the bulk load, before VACUUM ANALYZE (what autovacuum does soon after).")
+    print(
+        "turn = add([user, tool_call, tool_result, assistant]) + window(), with turn-window compaction;"
+    )
+    print(
+        "baseline = SELECT body … ORDER BY seq DESC LIMIT 40 on a bare table of the same length. Medians."
+    )
+    print(
+        "cold = per-turn cost right after the bulk load, before VACUUM ANALYZE (what autovacuum does soon after)."
+    )
 
 
 if __name__ == "__main__":

@@ -42,7 +42,13 @@ _WORDS = (
     "service latency error retry timeout region cluster node deploy rollback metric alert"
 ).split()
 _TOOLS = ("search_orders", "read_manifest", "query_metrics", "fetch_ticket")
-_PLACES = ("the staging cluster", "the billing database", "the nightly backup job", "the on-call pager", "the EU gateway")
+_PLACES = (
+    "the staging cluster",
+    "the billing database",
+    "the nightly backup job",
+    "the on-call pager",
+    "the EU gateway",
+)
 
 
 @dataclass(frozen=True)
@@ -73,7 +79,13 @@ def planted_facts(turns: int, facts: int) -> list[Fact]:
     spacing = max(1, turns // facts)
     for n in range(facts):
         key = f"codename-{chr(65 + n % 26)}{chr(81 + n % 7)}-{100 + 7 * n:03d}"
-        out.append(Fact(key, f"{key} is {_PLACES[n % len(_PLACES)]} (fact {n})", turn=min(turns - 1, 2 + n * spacing)))
+        out.append(
+            Fact(
+                key,
+                f"{key} is {_PLACES[n % len(_PLACES)]} (fact {n})",
+                turn=min(turns - 1, 2 + n * spacing),
+            )
+        )
     return out
 
 
@@ -102,7 +114,9 @@ def transcript(turns: int = 300, facts: int = 50, seed: int = 11) -> tuple[list[
         steps = []
         for j in range(calls):
             name = rng.choice(_TOOLS)
-            call = Event.tool_call(name, {"query": _filler(rng, 4), "turn": t}, call_id=f"call_{t}_{j}", id=f"e{t}c{j}")
+            call = Event.tool_call(
+                name, {"query": _filler(rng, 4), "turn": t}, call_id=f"call_{t}_{j}", id=f"e{t}c{j}"
+            )
             body = _filler(rng, rng.randint(200, 3000))
             if kind == 1 and j == 0:
                 cut = len(body) // 2
@@ -111,7 +125,9 @@ def transcript(turns: int = 300, facts: int = 50, seed: int = 11) -> tuple[list[
         answer = f"Here is what I found for turn {t}: {_filler(rng, rng.randint(30, 120))}."
         if kind == 2:
             answer = f"Yes: {fact.sentence}. {answer}"
-        out.append(Turn(Event.user(user, id=f"e{t}u"), tuple(steps), Event.assistant(answer, id=f"e{t}a")))
+        out.append(
+            Turn(Event.user(user, id=f"e{t}u"), tuple(steps), Event.assistant(answer, id=f"e{t}a"))
+        )
     return out, planted
 
 
@@ -126,7 +142,9 @@ class Tally:
     input_tokens: int = 0
     cached_tokens: int = 0
     cost_cached: float = 0.0
-    per_request: list[tuple[int, int]] = field(default_factory=list)  # (input tokens, cached tokens)
+    per_request: list[tuple[int, int]] = field(
+        default_factory=list
+    )  # (input tokens, cached tokens)
 
     @property
     def hit_share(self) -> float:
@@ -254,7 +272,11 @@ def keep_facts(previous: str | None, events: list[Event], upcoming: list[Event])
     """A deterministic local summarizer that keeps the key terms and sentences of facts."""
     import re
 
-    kept = [m.group(0) for e in events for m in re.finditer(r"codename-[A-Z]{2}-\d{3} is [^.(]+\(fact \d+\)", e.text())]
+    kept = [
+        m.group(0)
+        for e in events
+        for m in re.finditer(r"codename-[A-Z]{2}-\d{3} is [^.(]+\(fact \d+\)", e.text())
+    ]
     return f"{previous or 'Summary of the earlier conversation.'} {' '.join(kept)}".strip()
 
 
@@ -263,4 +285,8 @@ def unreachable(memory: ChatMemory, cid: str, facts: Sequence[Fact]) -> list[str
     of ``conversation_search`` for the key term (tests/test_recall.py's check)."""
     window = "\n".join(e.text() for e in memory.window(cid))
     tool = memory.search_tool(cid)
-    return [f.key_term for f in facts if f.sentence not in window and f.sentence not in tool({"keyword": f.key_term})]
+    return [
+        f.key_term
+        for f in facts
+        if f.sentence not in window and f.sentence not in tool({"keyword": f.key_term})
+    ]

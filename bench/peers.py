@@ -57,7 +57,12 @@ class ChatMemorySubject(Subject):
 
         self.close()
         self.store = open_store(self.url_factory())
-        self.memory = ChatMemory(self.store, MemoryConfig(compaction_strategy="turn_window", max_turns=WINDOW_TURNS, compact_to_ratio=1.0))
+        self.memory = ChatMemory(
+            self.store,
+            MemoryConfig(
+                compaction_strategy="turn_window", max_turns=WINDOW_TURNS, compact_to_ratio=1.0
+            ),
+        )
         self.cid = f"bench-{uuid.uuid4().hex}"
         self.Event = Event
         for i in range(events // EVENTS_PER_TURN):
@@ -79,7 +84,15 @@ class ChatMemorySubject(Subject):
         E = self.Event
         question, args, result, answer = turn_texts(i)
         call = f"c{uuid.uuid4().hex[:12]}"
-        self.memory.add(self.cid, [E.user(question), E.tool_call("get_order", args, call_id=call), E.tool_result(call, result), E.assistant(answer)])
+        self.memory.add(
+            self.cid,
+            [
+                E.user(question),
+                E.tool_call("get_order", args, call_id=call),
+                E.tool_result(call, result),
+                E.assistant(answer),
+            ],
+        )
 
     def turn(self, i: int) -> int:
         self._append(i)
@@ -103,7 +116,9 @@ class LangChainSubject(Subject):
         from langchain_community.chat_message_histories import SQLChatMessageHistory
 
         self.dir = tempfile.TemporaryDirectory()
-        self.history = SQLChatMessageHistory(session_id="bench", connection=f"sqlite:///{self.dir.name}/lc.db")
+        self.history = SQLChatMessageHistory(
+            session_id="bench", connection=f"sqlite:///{self.dir.name}/lc.db"
+        )
         batch = []
         for i in range(events // EVENTS_PER_TURN):
             batch += self._messages(-i - 1)
@@ -206,14 +221,23 @@ class AgentsSubject(Subject):
         call = f"c{uuid.uuid4().hex[:12]}"
         return [
             {"role": "user", "content": question},
-            {"type": "function_call", "call_id": call, "name": "get_order", "arguments": json.dumps(args)},
+            {
+                "type": "function_call",
+                "call_id": call,
+                "name": "get_order",
+                "arguments": json.dumps(args),
+            },
             {"type": "function_call_output", "call_id": call, "output": result},
             {"role": "assistant", "content": answer},
         ]
 
     def turn(self, i: int) -> int:
         self.loop.run_until_complete(self.session.add_items(self._items(i)))
-        return len(self.loop.run_until_complete(self.session.get_items(limit=WINDOW_TURNS * EVENTS_PER_TURN)))
+        return len(
+            self.loop.run_until_complete(
+                self.session.get_items(limit=WINDOW_TURNS * EVENTS_PER_TURN)
+            )
+        )
 
     def close(self) -> None:
         self.session.close()

@@ -24,7 +24,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.peers import AgentsSubject, ChatMemorySubject, LangChainSubject, LlamaIndexSubject, Subject  # noqa: E402
+from bench.peers import (
+    AgentsSubject,
+    ChatMemorySubject,
+    LangChainSubject,
+    LlamaIndexSubject,
+    Subject,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 BASELINE = "chat-memory · SQLite"
@@ -68,7 +74,9 @@ def services(which: set[str]) -> Iterator[dict[str, Callable[[], str]]]:
                 os.environ.setdefault(name, value)
             moto, endpoint = start_moto_server()
             stack.callback(moto.stop)
-            urls["S3 (moto)"] = lambda: f"s3://bench-bucket/{uuid.uuid4().hex[:8]}?endpoint_url={endpoint}&region=us-east-1"
+            urls["S3 (moto)"] = lambda: (
+                f"s3://bench-bucket/{uuid.uuid4().hex[:8]}?endpoint_url={endpoint}&region=us-east-1"
+            )
         yield urls
     finally:
         stack.close()
@@ -76,7 +84,9 @@ def services(which: set[str]) -> Iterator[dict[str, Callable[[], str]]]:
 
 
 def subjects(urls: dict[str, Callable[[], str]], peers: bool) -> list[Subject]:
-    chosen: list[Subject] = [ChatMemorySubject(f"chat-memory · {name}", factory) for name, factory in urls.items()]
+    chosen: list[Subject] = [
+        ChatMemorySubject(f"chat-memory · {name}", factory) for name, factory in urls.items()
+    ]
     chosen.sort(key=lambda s: s.name != BASELINE)
     if peers:
         for peer in (LangChainSubject, LlamaIndexSubject, AgentsSubject):
@@ -105,12 +115,24 @@ def measure(subject: Subject, events: int, turns: int) -> float:
 
 def table(results: dict[str, dict[int, float]], sizes: list[int]) -> str:
     base = results.get(BASELINE, {})
-    head = ["subject", *[f"{n:,} events (ms)" for n in sizes], f"growth {sizes[0]:,}→{sizes[-1]:,}", f"× {BASELINE} at {sizes[-1]:,}"]
+    head = [
+        "subject",
+        *[f"{n:,} events (ms)" for n in sizes],
+        f"growth {sizes[0]:,}→{sizes[-1]:,}",
+        f"× {BASELINE} at {sizes[-1]:,}",
+    ]
     rows = [head, ["---"] * len(head)]
     for name, by_size in results.items():
         growth = by_size[sizes[-1]] / by_size[sizes[0]]
         relative = by_size[sizes[-1]] / base[sizes[-1]] if base else float("nan")
-        rows.append([name, *[f"{by_size[n] * 1000:.2f}" for n in sizes], f"{growth:.2f}×", f"{relative:.2f}×"])
+        rows.append(
+            [
+                name,
+                *[f"{by_size[n] * 1000:.2f}" for n in sizes],
+                f"{growth:.2f}×",
+                f"{relative:.2f}×",
+            ]
+        )
     return "\n".join("| " + " | ".join(r) + " |" for r in rows)
 
 
@@ -136,12 +158,26 @@ def plot(results: dict[str, dict[int, float]], sizes: list[int], path: Path) -> 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--full", action="store_true", help="also measure at 100,000 events")
-    parser.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], help="comma-separated history lengths")
-    parser.add_argument("--turns", type=int, default=30, help="measured turns per point (default 30)")
-    parser.add_argument("--backends", default="local", help="local (memory, SQLite) or all (adds PostgreSQL, Redis, S3)")
-    parser.add_argument("--no-peers", action="store_true", help="leave LangChain, LlamaIndex and OpenAI Agents out")
+    parser.add_argument(
+        "--sizes",
+        type=lambda s: [int(x) for x in s.split(",")],
+        help="comma-separated history lengths",
+    )
+    parser.add_argument(
+        "--turns", type=int, default=30, help="measured turns per point (default 30)"
+    )
+    parser.add_argument(
+        "--backends",
+        default="local",
+        help="local (memory, SQLite) or all (adds PostgreSQL, Redis, S3)",
+    )
+    parser.add_argument(
+        "--no-peers", action="store_true", help="leave LangChain, LlamaIndex and OpenAI Agents out"
+    )
     args = parser.parse_args(argv)
     sizes = args.sizes or ([100, 1_000, 10_000, 100_000] if args.full else [100, 1_000, 10_000])
     which = {"postgres", "redis", "s3"} if args.backends == "all" else set()

@@ -10,7 +10,9 @@ from .aio import AsyncChatMemory
 from .backends import open_store
 from .backends.aio import AsyncStore, ThreadedStore, open_async_store
 from .backends.base import Store
+from .compaction import CompactionRecord, CompactionResult, with_overflow_retry
 from .config import MemoryConfig, SummaryPlacement
+from .engine import ChatMemory, MemoryStats
 from .errors import (
     ChatMemoryError,
     ConcurrencyError,
@@ -25,8 +27,6 @@ from .errors import (
     is_context_overflow,
 )
 from .events import Event, EventType
-from .compaction import CompactionRecord, CompactionResult, with_overflow_retry
-from .engine import ChatMemory, MemoryStats
 from .render import to_anthropic, to_openai
 from .search import SearchHit, SearchPage
 from .summarizer import AnthropicSummarizer, AsyncAnthropicSummarizer, Summarizer

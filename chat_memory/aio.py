@@ -45,7 +45,9 @@ class AsyncChatMemory:
         if isinstance(store, Store):
             store = ThreadedStore(store)
         if not isinstance(store, AsyncStore):
-            raise ConfigurationError(f"store ({store!r}) must be an AsyncStore (open_async_store(url)) or a Store")
+            raise ConfigurationError(
+                f"store ({store!r}) must be an AsyncStore (open_async_store(url)) or a Store"
+            )
         self._core = MemoryCore(config, summarizer, token_counter)
         self.store = store
         self.config = self._core.config
@@ -59,8 +61,14 @@ class AsyncChatMemory:
         """:meth:`ChatMemory.add <chat_memory.ChatMemory.add>`: append atomically and in
         order, idempotent per event id, tool pairs checked, compaction when a limit is
         exceeded (a failing compaction does not fail the append)."""
-        lean = all(callable(getattr(self.store, name, None)) for name in ("append_without_window", "find_events"))
-        return await arun(self._core.add(conversation_id, events, self.store.compacts_while_appending, lean), self.store)
+        lean = all(
+            callable(getattr(self.store, name, None))
+            for name in ("append_without_window", "find_events")
+        )
+        return await arun(
+            self._core.add(conversation_id, events, self.store.compacts_while_appending, lean),
+            self.store,
+        )
 
     async def compact(self, conversation_id: str, force: bool = False) -> CompactionResult:
         """:meth:`ChatMemory.compact <chat_memory.ChatMemory.compact>`: run the strategy now;
@@ -74,12 +82,16 @@ class AsyncChatMemory:
     async def retract(self, conversation_id: str, event_ids: Iterable[str]) -> list[Event]:
         """:meth:`ChatMemory.retract <chat_memory.ChatMemory.retract>`: take events back
         atomically (a tool call with its result); returns them, oldest first."""
-        return await arun(self._core.retract(conversation_id, event_ids, _retracts(self.store)), self.store)
+        return await arun(
+            self._core.retract(conversation_id, event_ids, _retracts(self.store)), self.store
+        )
 
     async def rewind(self, conversation_id: str, seq: int) -> list[Event]:
         """:meth:`ChatMemory.rewind <chat_memory.ChatMemory.rewind>`: retract every real event
         after ``seq``."""
-        return await arun(self._core.rewind(conversation_id, seq, _retracts(self.store)), self.store)
+        return await arun(
+            self._core.rewind(conversation_id, seq, _retracts(self.store)), self.store
+        )
 
     async def clear(self, conversation_id: str) -> None:
         """Delete the conversation: window, summary, archive and retracted events."""
@@ -94,7 +106,10 @@ class AsyncChatMemory:
     async def history(self, conversation_id: str, include_retracted: bool = False) -> list[Event]:
         """Every stored event, archived included, oldest first; retracted ones only with
         ``include_retracted`` (marked)."""
-        return await arun(self._core.history(conversation_id, include_retracted, _retracts(self.store)), self.store)
+        return await arun(
+            self._core.history(conversation_id, include_retracted, _retracts(self.store)),
+            self.store,
+        )
 
     async def search(
         self,
@@ -107,7 +122,10 @@ class AsyncChatMemory:
     ) -> SearchPage:
         """:meth:`ChatMemory.search <chat_memory.ChatMemory.search>`: literal,
         case-insensitive search over the whole conversation, oldest match first."""
-        return await self.run_search(conversation_id, self._core.query(keyword, page, match_mode, page_size, include_recall_tools))
+        return await self.run_search(
+            conversation_id,
+            self._core.query(keyword, page, match_mode, page_size, include_recall_tools),
+        )
 
     async def run_search(self, conversation_id: str, query: SearchQuery) -> SearchPage:
         """Run an already validated query and page its results."""
@@ -115,11 +133,15 @@ class AsyncChatMemory:
 
     def search_tool(self, conversation_id: str) -> AsyncConversationSearchTool:
         """The ``conversation_search`` tool bound to one conversation; ``await tool(arguments)``."""
-        return AsyncConversationSearchTool(self.run_search, check_conversation_id(conversation_id), self.config.search_page_size)
+        return AsyncConversationSearchTool(
+            self.run_search, check_conversation_id(conversation_id), self.config.search_page_size
+        )
 
     def fetch_tool(self, conversation_id: str) -> AsyncFetchToolResultTool:
         """The ``fetch_tool_result`` tool bound to one conversation; ``await tool(arguments)``."""
-        return AsyncFetchToolResultTool(self.fetch_tool_result, check_conversation_id(conversation_id))
+        return AsyncFetchToolResultTool(
+            self.fetch_tool_result, check_conversation_id(conversation_id)
+        )
 
     async def fetch_tool_result(self, conversation_id: str, tool_call_id: str) -> Event | None:
         """The stored (full) result of the tool call ``tool_call_id``, archived or not (None: none)."""
@@ -130,13 +152,17 @@ class AsyncChatMemory:
         ``compress_tool_results`` is on."""
         return compress_window(await self.window(conversation_id), self.config, self.token_counter)
 
-    async def to_anthropic(self, conversation_id: str, system_prompt: str | None = None, **options: Any) -> Any:
+    async def to_anthropic(
+        self, conversation_id: str, system_prompt: str | None = None, **options: Any
+    ) -> Any:
         """``(system, messages)`` for the Anthropic Messages API (see :meth:`ChatMemory.to_anthropic
         <chat_memory.ChatMemory.to_anthropic>`)."""
         options.setdefault("summary_placement", self.config.summary_placement)
         return to_anthropic(await self.model_window(conversation_id), system_prompt, **options)
 
-    async def to_openai(self, conversation_id: str, system_prompt: str | None = None, **options: Any) -> Any:
+    async def to_openai(
+        self, conversation_id: str, system_prompt: str | None = None, **options: Any
+    ) -> Any:
         """Chat Completions messages from :meth:`model_window`."""
         options.setdefault("summary_placement", self.config.summary_placement)
         return to_openai(await self.model_window(conversation_id), system_prompt, **options)

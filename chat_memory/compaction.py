@@ -30,10 +30,16 @@ from typing import Any, TypeVar
 
 from .backends.base import Backoff, CompactionPlan, Snapshot
 from .config import MemoryConfig
-from .errors import ConcurrencyError, ConfigurationError, ContextOverflowError, SummarizerError, is_context_overflow
+from .errors import (
+    ConcurrencyError,
+    ConfigurationError,
+    ContextOverflowError,
+    SummarizerError,
+    is_context_overflow,
+)
 from .events import Event, EventType
-from .strategies import Cut, Strategy
 from .steps import Sleep, Steps, Summarize, arun_memory, call, run
+from .strategies import Cut, Strategy
 from .summarizer import Summarizer
 from .summary_state import archive_tally as _archive_tally
 from .summary_state import real_summary_text
@@ -130,10 +136,15 @@ class Compactor:
             return None
         record = self._record(snapshot, cut, None, forced=False)
         return CompactionPlan(
-            snapshot.version, cut.through_seq, max_archived_events=self.config.max_archived_events, record=record.to_json()
+            snapshot.version,
+            cut.through_seq,
+            max_archived_events=self.config.max_archived_events,
+            record=record.to_json(),
         )
 
-    def compact(self, cid: str, snapshot: Snapshot, cut: Cut | None = None, *, force: bool = False) -> Steps[CompactionResult]:
+    def compact(
+        self, cid: str, snapshot: Snapshot, cut: Cut | None = None, *, force: bool = False
+    ) -> Steps[CompactionResult]:
         """Plan (unless ``cut`` was already planned on ``snapshot``), summarise when the
         strategy needs it (or fall back), and apply as compare-and-swap. A plan that loses
         its race is reused only if nothing was compacted meanwhile (appends at the tail do
@@ -148,7 +159,11 @@ class Compactor:
             current_head = _head(snapshot)
             if plan is None or current_head != head:
                 if plan is not None or cut is None:
-                    cut = self.strategy.forced_cut(snapshot.window) if force else self.strategy.plan(snapshot.window)
+                    cut = (
+                        self.strategy.forced_cut(snapshot.window)
+                        if force
+                        else self.strategy.plan(snapshot.window)
+                    )
                 if cut is None:
                     if snapshot.compaction_error is not None:
                         yield from call("record_compaction_error", cid, None)
@@ -170,7 +185,11 @@ class Compactor:
                 done_cut, summary, record = planned
                 if record.fallback and record.reason is not None:
                     # the apply cleared the error; the summarizer is still failing: say so
-                    yield from call("record_compaction_error", cid, f"{record.reason} (archived without a new summary)")
+                    yield from call(
+                        "record_compaction_error",
+                        cid,
+                        f"{record.reason} (archived without a new summary)",
+                    )
                 return CompactionResult(
                     self.strategy.name,
                     archived_events=len(done_cut.archived),
@@ -189,13 +208,17 @@ class Compactor:
 
     # -- the summary ---------------------------------------------------------------------------
 
-    def _summary(self, cid: str, snapshot: Snapshot, cut: Cut, force: bool) -> Steps[tuple[Event | None, CompactionRecord]]:
+    def _summary(
+        self, cid: str, snapshot: Snapshot, cut: Cut, force: bool
+    ) -> Steps[tuple[Event | None, CompactionRecord]]:
         """The new summary of a cut (None: none is due) and the record of the compaction.
         Raises :class:`SummarizerError` when the summarizer failed and no fallback is due."""
         if not self.strategy.summarizes:
             if not force:
                 return None, self._record(snapshot, cut, None, forced=False)
-            stub = self._gap_summary(snapshot, cut, "a forced compaction; this strategy writes no summaries")
+            stub = self._gap_summary(
+                snapshot, cut, "a forced compaction; this strategy writes no summaries"
+            )
             return stub, self._record(snapshot, cut, stub, forced=True, fallback=True)
         assert self.summarizer is not None
         model = _model_name(self.summarizer)
@@ -204,25 +227,46 @@ class Compactor:
             try:
                 summary = yield from self._summarize(cid, snapshot, cut)
             except ConfigurationError as exc:
-                log.error("chat-memory: the summarizer cannot work (%s); compacting without summaries from now on", exc)
+                log.error(
+                    "chat-memory: the summarizer cannot work (%s); compacting without summaries from now on",
+                    exc,
+                )
                 self._unusable = exc
             except SummarizerError as exc:
                 failures = self._failed(cid)
                 over = self.strategy.pressure(snapshot.window) > FALLBACK_PRESSURE
-                if not (force or over or failures >= self.config.summarizer_failures_before_fallback):
+                if not (
+                    force or over or failures >= self.config.summarizer_failures_before_fallback
+                ):
                     raise
                 reason = f"{type(exc).__name__}: {exc}"
                 attempts = "once" if failures == 1 else f"{failures} times in a row"
-                stub = self._gap_summary(snapshot, cut, f"the summarizer was unavailable: it failed {attempts}")
-                record = self._record(snapshot, cut, stub, forced=force, fallback=True, summarizer=model, reason=reason)
+                stub = self._gap_summary(
+                    snapshot, cut, f"the summarizer was unavailable: it failed {attempts}"
+                )
+                record = self._record(
+                    snapshot,
+                    cut,
+                    stub,
+                    forced=force,
+                    fallback=True,
+                    summarizer=model,
+                    reason=reason,
+                )
                 return stub, record
             else:
                 self._failures.pop(cid, None)
                 seconds = round(time.monotonic() - started, 3)
-                return summary, self._record(snapshot, cut, summary, forced=force, summarizer=model, seconds=seconds)
+                return summary, self._record(
+                    snapshot, cut, summary, forced=force, summarizer=model, seconds=seconds
+                )
         reason = f"{type(self._unusable).__name__}: {self._unusable}"
-        stub = self._gap_summary(snapshot, cut, "the summarizer cannot be used with its current settings")
-        return stub, self._record(snapshot, cut, stub, forced=force, fallback=True, summarizer=model, reason=reason)
+        stub = self._gap_summary(
+            snapshot, cut, "the summarizer cannot be used with its current settings"
+        )
+        return stub, self._record(
+            snapshot, cut, stub, forced=force, fallback=True, summarizer=model, reason=reason
+        )
 
     def _summarize(self, cid: str, snapshot: Snapshot, cut: Cut) -> Steps[Event]:
         """A new summary of the last real summary (never a gap note) plus the cut's events, and
@@ -247,9 +291,14 @@ class Compactor:
         upcoming = self.strategy.upcoming(cut)
         text = yield Summarize(self.summarizer, real_summary_text(previous), events, upcoming, gap)
         earlier = int(previous.metadata.get("summarized_events", 0)) if previous else 0
-        metadata = {"summarized_through_seq": cut.through_seq, "summarized_events": len(cut.archived) + earlier}
+        metadata = {
+            "summarized_through_seq": cut.through_seq,
+            "summarized_events": len(cut.archived) + earlier,
+        }
         summary = Event.summary(text, metadata={**metadata, **_archive_tally(snapshot, cut)})
-        return summary.model_copy(update={"tokens": count_event_tokens(summary, self.token_counter)})
+        return summary.model_copy(
+            update={"tokens": count_event_tokens(summary, self.token_counter)}
+        )
 
     def _gap_summary(self, snapshot: Snapshot, cut: Cut, why: str) -> Event:
         """The last real summary (if any) followed by a note of the events archived
@@ -331,8 +380,6 @@ def _head(snapshot: Snapshot) -> tuple[str | None, str | None]:
     return (active[0].id if active else None, summary.id if summary else None)
 
 
-
-
 T = TypeVar("T")
 
 
@@ -356,7 +403,9 @@ def with_overflow_retry(memory: Any, conversation_id: str, send: Callable[[], T]
         raise run(_overflowed_twice(conversation_id, before, second), memory) from second
 
 
-async def awith_overflow_retry(memory: Any, conversation_id: str, send: Callable[[], Awaitable[T]]) -> T:
+async def awith_overflow_retry(
+    memory: Any, conversation_id: str, send: Callable[[], Awaitable[T]]
+) -> T:
     """:func:`with_overflow_retry` for a coroutine ``send``. ``memory`` is an
     :class:`~chat_memory.AsyncChatMemory` (awaited) or a :class:`~chat_memory.ChatMemory`
     (its calls run in a worker thread)."""
@@ -371,7 +420,9 @@ async def awith_overflow_retry(memory: Any, conversation_id: str, send: Callable
     except Exception as second:
         if not is_context_overflow(second):
             raise
-        raise await arun_memory(_overflowed_twice(conversation_id, before, second), memory) from second
+        raise await arun_memory(
+            _overflowed_twice(conversation_id, before, second), memory
+        ) from second
 
 
 def _compact_after_overflow(conversation_id: str, error: BaseException) -> Steps[int]:
@@ -380,12 +431,16 @@ def _compact_after_overflow(conversation_id: str, error: BaseException) -> Steps
     result = yield from call("compact", conversation_id, True)
     log.warning(
         "chat-memory: the model refused %r as too long (%s); a forced compaction archived %d events",
-        conversation_id, error, result.archived_events,
+        conversation_id,
+        error,
+        result.archived_events,
     )
     return before
 
 
-def _overflowed_twice(conversation_id: str, before: int, error: BaseException) -> Steps[ContextOverflowError]:
+def _overflowed_twice(
+    conversation_id: str, before: int, error: BaseException
+) -> Steps[ContextOverflowError]:
     after = (yield from call("stats", conversation_id)).window_tokens
     return ContextOverflowError(
         f"the model refused conversation {conversation_id!r} as longer than its context window twice: "
@@ -394,4 +449,11 @@ def _overflowed_twice(conversation_id: str, before: int, error: BaseException) -
     )
 
 
-__all__ = ["COMPACTION_RETRIES", "CompactionRecord", "CompactionResult", "Compactor", "awith_overflow_retry", "with_overflow_retry"]
+__all__ = [
+    "COMPACTION_RETRIES",
+    "CompactionRecord",
+    "CompactionResult",
+    "Compactor",
+    "awith_overflow_retry",
+    "with_overflow_retry",
+]

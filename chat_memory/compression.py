@@ -87,8 +87,15 @@ def compress_window(
         stub = event.model_copy(
             update={
                 "content": stub_text(event),
-                "metadata": {**event.metadata, "compressed": {"tokens": event.tokens or 0, "characters": len(event.content)}},
+                "metadata": {
+                    **event.metadata,
+                    "compressed": {"tokens": event.tokens or 0, "characters": len(event.content)},
+                },
             }
         )
-        shown.append(stub.model_copy(update={"tokens": count_event_tokens(stub, token_counter or estimate_tokens)}))
+        shown.append(
+            stub.model_copy(
+                update={"tokens": count_event_tokens(stub, token_counter or estimate_tokens)}
+            )
+        )
     return shown

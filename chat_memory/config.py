@@ -81,7 +81,11 @@ class MemoryConfig(BaseModel):
     """
 
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="forbid", frozen=True, validate_default=True
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        frozen=True,
+        validate_default=True,
     )
 
     #: the name of a registered strategy (:mod:`chat_memory.strategies`)
@@ -135,7 +139,11 @@ class MemoryConfig(BaseModel):
         strategy = strategy_class(self.compaction_strategy)
         messages = []
         for field in type(self).model_fields:
-            if field not in self.model_fields_set or field in strategy.settings or field in _READ_BY_EVERY_STRATEGY:
+            if (
+                field not in self.model_fields_set
+                or field in strategy.settings
+                or field in _READ_BY_EVERY_STRATEGY
+            ):
                 continue
             readers = [n for n in strategy_names() if field in strategy_class(n).settings]
             value = getattr(self, field)
@@ -144,9 +152,12 @@ class MemoryConfig(BaseModel):
             use = (
                 f"set compaction_strategy={readers[0]!r}"
                 if len(readers) == 1
-                else "set compaction_strategy to one that reads it: " + " or ".join(repr(r) for r in readers)
+                else "set compaction_strategy to one that reads it: "
+                + " or ".join(repr(r) for r in readers)
             )
-            messages.append(f"{field} ({value!r}) has no effect with compaction_strategy {strategy.name!r}; {use}")
+            messages.append(
+                f"{field} ({value!r}) has no effect with compaction_strategy {strategy.name!r}; {use}"
+            )
         return messages
 
     @classmethod
@@ -195,8 +206,14 @@ class MemoryConfig(BaseModel):
             try:
                 number = float(number.strip())
             except ValueError:
-                raise _Refusal(f"{label} ({value!r}) must be a number greater than 0 and at most 1") from None
-        if isinstance(number, bool) or not isinstance(number, (int, float)) or not math.isfinite(number):
+                raise _Refusal(
+                    f"{label} ({value!r}) must be a number greater than 0 and at most 1"
+                ) from None
+        if (
+            isinstance(number, bool)
+            or not isinstance(number, (int, float))
+            or not math.isfinite(number)
+        ):
             raise _Refusal(f"{label} ({value!r}) must be a number greater than 0 and at most 1")
         if not 0 < number <= 1:
             raise _Refusal(f"{label} ({value!r}) must be greater than 0 and at most 1")
@@ -216,7 +233,9 @@ def _first_caller_outside_package() -> int:
     {"max_turns": 20})``) rather than at chat-memory code that built the config for it."""
     package = os.path.dirname(os.path.abspath(__file__)) + os.sep
     frame, level = sys._getframe(1), 1
-    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(package):
+    while frame.f_back is not None and os.path.abspath(frame.f_code.co_filename).startswith(
+        package
+    ):
         frame, level = frame.f_back, level + 1
     return level
 
@@ -231,10 +250,14 @@ def describe_validation_error(exc: ValidationError) -> str:
         label = FIELD_LABELS.get(snake, field or "Settings")
         value = error.get("input")
         message = str(error.get("msg", ""))
-        if error.get("type") == "value_error" and isinstance(error.get("ctx", {}).get("error"), _Refusal):
+        if error.get("type") == "value_error" and isinstance(
+            error.get("ctx", {}).get("error"), _Refusal
+        ):
             lines.append(str(error["ctx"]["error"]))
         elif error.get("type") == "extra_forbidden":
-            lines.append(f"Unknown setting {field!r} (value {value!r}); known settings: {', '.join(FIELD_LABELS)}")
+            lines.append(
+                f"Unknown setting {field!r} (value {value!r}); known settings: {', '.join(FIELD_LABELS)}"
+            )
         elif error.get("type") == "enum":
             expected = error.get("ctx", {}).get("expected", "")
             lines.append(f"{label} ({value!r}) must be one of {expected}")

@@ -13,7 +13,13 @@ from typing import Any
 from .backends.base import Snapshot, check_conversation_id
 from .compaction import CompactionRecord, CompactionResult, Compactor
 from .config import MemoryConfig
-from .errors import ChatMemoryError, ConfigurationError, InvalidEventError, InvalidInputError, StorageError
+from .errors import (
+    ChatMemoryError,
+    ConfigurationError,
+    InvalidEventError,
+    InvalidInputError,
+    StorageError,
+)
 from .events import Event, EventType
 from .pins import check_pin_key, pin_key
 from .search import SearchHit, SearchPage, SearchQuery, check_tool_call_id
@@ -55,7 +61,9 @@ class MemoryCore:
         if isinstance(config, dict):
             config = MemoryConfig.from_mapping(config)
         if config is not None and not isinstance(config, MemoryConfig):
-            raise ConfigurationError(f"config ({config!r}) must be a MemoryConfig, a dict of settings or None")
+            raise ConfigurationError(
+                f"config ({config!r}) must be a MemoryConfig, a dict of settings or None"
+            )
         self.config = config or MemoryConfig()
         self.summarizer = as_summarizer(summarizer)
         self.strategy: Strategy = strategy_for(self.config)
@@ -92,7 +100,9 @@ class MemoryCore:
             return stored
         if not self.strategy.summarizes and compacts_while_appending:
             # planning is pure here: let the store compact in the same write as the append
-            snapshot, _ = yield from call("append_compacting", cid, batch, self.compactor.plan_without_summary)
+            snapshot, _ = yield from call(
+                "append_compacting", cid, batch, self.compactor.plan_without_summary
+            )
             return _stored_copies(snapshot, batch)
         snapshot = yield from call("append", cid, batch)
         stored = _stored_copies(snapshot, batch)
@@ -101,7 +111,11 @@ class MemoryCore:
             try:
                 yield from self.compactor.compact(cid, snapshot, cut)
             except ChatMemoryError as exc:
-                log.warning("chat-memory: compaction of %r failed, will retry at the next trigger: %s", cid, exc)
+                log.warning(
+                    "chat-memory: compaction of %r failed, will retry at the next trigger: %s",
+                    cid,
+                    exc,
+                )
                 yield from self._record_compaction_error(cid, exc)
         return stored
 
@@ -111,7 +125,9 @@ class MemoryCore:
         try:
             yield from call("record_compaction_error", cid, f"{type(error).__name__}: {error}")
         except ChatMemoryError:
-            log.warning("chat-memory: could not record the compaction error of %r", cid, exc_info=True)
+            log.warning(
+                "chat-memory: could not record the compaction error of %r", cid, exc_info=True
+            )
 
     def compact(self, conversation_id: str, force: bool) -> Steps[CompactionResult]:
         """Run the strategy now (see ChatMemory.compact)."""
@@ -123,7 +139,9 @@ class MemoryCore:
             yield from self._record_compaction_error(cid, exc)
             raise
 
-    def retract(self, conversation_id: str, event_ids: Iterable[str], retracts: bool) -> Steps[list[Event]]:
+    def retract(
+        self, conversation_id: str, event_ids: Iterable[str], retracts: bool
+    ) -> Steps[list[Event]]:
         """Take events back (see ChatMemory.retract); ``retracts``: the store has the
         :class:`~chat_memory.backends.base.Retracts` ability."""
         cid = check_conversation_id(conversation_id)
@@ -147,17 +165,23 @@ class MemoryCore:
         ids = [e.id for e in active if (e.seq or 0) > seq]
         if snapshot.archived_count and (not active or seq < (active[0].seq or 0) - 1):
             history: list[Event] = yield from call("history", cid)
-            ids = list(dict.fromkeys([*(e.id for e in history if e.is_real and (e.seq or 0) > seq), *ids]))
+            ids = list(
+                dict.fromkeys([*(e.id for e in history if e.is_real and (e.seq or 0) > seq), *ids])
+            )
         if not ids:
             return []
         taken: list[Event] = yield from call("retract", cid, ids)
         return taken
 
-    def history(self, conversation_id: str, include_retracted: bool, retracts: bool) -> Steps[list[Event]]:
+    def history(
+        self, conversation_id: str, include_retracted: bool, retracts: bool
+    ) -> Steps[list[Event]]:
         """Every stored event oldest first; with ``include_retracted``, the retracted ones too."""
         cid = check_conversation_id(conversation_id)
         if not isinstance(include_retracted, bool):
-            raise InvalidInputError(f"include_retracted ({include_retracted!r}) must be True or False")
+            raise InvalidInputError(
+                f"include_retracted ({include_retracted!r}) must be True or False"
+            )
         events: list[Event] = yield from call("history", cid)
         if include_retracted and retracts:
             taken: list[Event] = yield from call("retracted", cid)
@@ -183,7 +207,14 @@ class MemoryCore:
             total=result.total,
         )
 
-    def query(self, keyword: str, page: int, match_mode: str, page_size: int | None, include_recall_tools: bool) -> SearchQuery:
+    def query(
+        self,
+        keyword: str,
+        page: int,
+        match_mode: str,
+        page_size: int | None,
+        include_recall_tools: bool,
+    ) -> SearchQuery:
         size = page_size if page_size is not None else self.config.search_page_size
         return SearchQuery.build(keyword, match_mode, page, size, include_recall_tools)
 
@@ -193,7 +224,11 @@ class MemoryCore:
         cid = check_conversation_id(conversation_id)
         tool_call_id = check_tool_call_id(tool_call_id)
         for events in (self.window(cid), call("find_tool_events", cid, [tool_call_id])):
-            found = [e for e in (yield from events) if e.type is EventType.TOOL_RESULT and e.tool_call_id == tool_call_id]
+            found = [
+                e
+                for e in (yield from events)
+                if e.type is EventType.TOOL_RESULT and e.tool_call_id == tool_call_id
+            ]
             if found:
                 return found[-1]
         return None
@@ -213,7 +248,9 @@ class MemoryCore:
 
     # -- internals -------------------------------------------------------------------------
 
-    def _prepare(self, cid: str, events: Event | Iterable[Event], finds_events: bool = False) -> Steps[list[Event]]:
+    def _prepare(
+        self, cid: str, events: Event | Iterable[Event], finds_events: bool = False
+    ) -> Steps[list[Event]]:
         if isinstance(events, Event):
             batch = [events]
         elif isinstance(events, Iterable):
@@ -222,18 +259,31 @@ class MemoryCore:
             raise InvalidEventError(f"events ({events!r}) must be an Event or a list of events")
         for i, event in enumerate(batch):
             if not isinstance(event, Event):
-                raise InvalidEventError(f"events[{i}] ({event!r}) is not an Event; build one with Event.user(...) etc.")
+                raise InvalidEventError(
+                    f"events[{i}] ({event!r}) is not an Event; build one with Event.user(...) etc."
+                )
             if event.type is EventType.SUMMARY:
-                raise InvalidEventError(f"events[{i}] has type 'summary': summaries are written by compaction only")
-            if event.type in (EventType.TOOL_CALL, EventType.TOOL_RESULT) and not event.tool_call_id:
-                raise InvalidEventError(f"events[{i}].tool_call_id ({event.tool_call_id!r}) must be set for a {event.type.value}")
+                raise InvalidEventError(
+                    f"events[{i}] has type 'summary': summaries are written by compaction only"
+                )
+            if (
+                event.type in (EventType.TOOL_CALL, EventType.TOOL_RESULT)
+                and not event.tool_call_id
+            ):
+                raise InvalidEventError(
+                    f"events[{i}].tool_call_id ({event.tool_call_id!r}) must be set for a {event.type.value}"
+                )
             if event.type is EventType.TOOL_CALL and not event.tool_name:
-                raise InvalidEventError(f"events[{i}].tool_name ({event.tool_name!r}) must be set for a tool_call")
+                raise InvalidEventError(
+                    f"events[{i}].tool_name ({event.tool_name!r}) must be set for a tool_call"
+                )
         first_at: dict[str, int] = {}
         for i, event in enumerate(batch):
             j = first_at.setdefault(event.id, i)
             if j != i:
-                raise InvalidEventError(f"events[{i}].id ({event.id!r}) repeats events[{j}].id; every event needs its own id")
+                raise InvalidEventError(
+                    f"events[{i}].id ({event.id!r}) repeats events[{j}].id; every event needs its own id"
+                )
         batch = [_as_stored_everywhere(i, e) for i, e in enumerate(batch)]
         pinned_at: dict[str, int] = {}
         for i, event in enumerate(batch):
@@ -260,14 +310,22 @@ class MemoryCore:
             tokens = count_event_tokens(event, self.token_counter)
         window = self.config.context_window_tokens
         if tokens > window:
-            hint = " or set max_tool_result_tokens to cut tool results" if event.type is EventType.TOOL_RESULT else ""
+            hint = (
+                " or set max_tool_result_tokens to cut tool results"
+                if event.type is EventType.TOOL_RESULT
+                else ""
+            )
             raise InvalidEventError(
                 f"events[{index}] ({event.type.value}) has {tokens} tokens, more than the whole context window "
                 f"(context_window_tokens = {window}); shorten it{hint}"
             )
-        return event.model_copy(update={"seq": None, "archived": False, "retracted": False, "tokens": tokens})
+        return event.model_copy(
+            update={"seq": None, "archived": False, "retracted": False, "tokens": tokens}
+        )
 
-    def _check_tool_events(self, cid: str, batch: list[Event], finds_events: bool = False) -> Steps[dict[str, str | None]]:
+    def _check_tool_events(
+        self, cid: str, batch: list[Event], finds_events: bool = False
+    ) -> Steps[dict[str, str | None]]:
         """Tool pairing (checked only when the list holds tool events): a call's id is new to
         the window; a result answers a call earlier in the list, in the window or, only when
         neither has it, in the archive, and that call has no result yet. Events already in
@@ -289,7 +347,9 @@ class MemoryCore:
         archived: list[Event] | None = None
         if finds_events:
             call_ids = list(dict.fromkeys(e.tool_call_id for e in tool_batch if e.tool_call_id))
-            found: list[Event] = yield from call("find_events", cid, [e.id for e in tool_batch], call_ids)
+            found: list[Event] = yield from call(
+                "find_events", cid, [e.id for e in tool_batch], call_ids
+            )
             stored_ids = {e.id for e in found if not e.archived}
             in_window = [e for e in found if not e.archived and e.type in _TOOL_TYPES]
             archived = [e for e in found if e.archived and e.type in _TOOL_TYPES]
@@ -333,7 +393,13 @@ class MemoryCore:
             if call_id not in batch_calls and call_id not in calls:
                 unresolved[call_id] = i
         names = {call_id: e.tool_name for call_id, e in calls.items()}
-        names.update({e.tool_call_id: e.tool_name for e in batch if e.type is EventType.TOOL_CALL and e.tool_call_id})
+        names.update(
+            {
+                e.tool_call_id: e.tool_name
+                for e in batch
+                if e.type is EventType.TOOL_CALL and e.tool_call_id
+            }
+        )
         if not unresolved:
             return names
         if archived is None:
@@ -358,23 +424,33 @@ def _event_ids(event_ids: Any) -> list[str]:
     """The ids a retraction names, each once, in order; a bare string is refused (it would
     read as a list of one-letter ids)."""
     if isinstance(event_ids, (str, bytes)) or not isinstance(event_ids, Iterable):
-        raise InvalidInputError(f"event_ids ({event_ids!r}) must be a list of event ids, not a single value")
+        raise InvalidInputError(
+            f"event_ids ({event_ids!r}) must be a list of event ids, not a single value"
+        )
     ids = list(event_ids)
     for i, event_id in enumerate(ids):
         if not isinstance(event_id, str) or not event_id:
-            raise InvalidInputError(f"event_ids[{i}] ({event_id!r}) must be a non-empty string (an event id)")
+            raise InvalidInputError(
+                f"event_ids[{i}] ({event_id!r}) must be a non-empty string (an event id)"
+            )
     return list(dict.fromkeys(ids))
 
 
 def _require_retracts(retracts: bool) -> None:
     if not retracts:
-        raise ConfigurationError("this store cannot retract events (it lacks the Retracts ability: retract and retracted)")
+        raise ConfigurationError(
+            "this store cannot retract events (it lacks the Retracts ability: retract and retracted)"
+        )
 
 
 def _named_after_call(event: Event, tool_names: dict[str, str | None]) -> Event:
     """A tool result without a name takes its call's: search tells the recall tools' own
     results apart by name, whoever wrote the result."""
-    if event.type is not EventType.TOOL_RESULT or event.tool_name or event.tool_call_id not in tool_names:
+    if (
+        event.type is not EventType.TOOL_RESULT
+        or event.tool_name
+        or event.tool_call_id not in tool_names
+    ):
         return event
     return event.model_copy(update={"tool_name": tool_names[event.tool_call_id]})
 

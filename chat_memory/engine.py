@@ -59,7 +59,10 @@ class ChatMemory:
         the conversation (earlier in the list, in the window, or archived) and has no
         result yet. See docs/tool-pairs.md."""
         compacting = isinstance(self.store, CompactsWhileAppending)
-        lean = all(callable(getattr(self.store, name, None)) for name in ("append_without_window", "find_events"))
+        lean = all(
+            callable(getattr(self.store, name, None))
+            for name in ("append_without_window", "find_events")
+        )
         return run(self._core.add(conversation_id, events, compacting, lean), self.store)
 
     def compact(self, conversation_id: str, force: bool = False) -> CompactionResult:
@@ -85,7 +88,9 @@ class ChatMemory:
         already retracted ids are ignored. Returns what was retracted, oldest first.
         An id naming a pinned system event or a summary raises :class:`InvalidInputError`
         and nothing is written. seq numbers are never reused. See docs/retraction.md."""
-        return run(self._core.retract(conversation_id, event_ids, _retracts(self.store)), self.store)
+        return run(
+            self._core.retract(conversation_id, event_ids, _retracts(self.store)), self.store
+        )
 
     def rewind(self, conversation_id: str, seq: int) -> list[Event]:
         """Retract every real event with a seq greater than ``seq`` (edit-and-resend, undo;
@@ -105,7 +110,10 @@ class ChatMemory:
     def history(self, conversation_id: str, include_retracted: bool = False) -> list[Event]:
         """Every stored event, archived included, oldest first; retracted events only with
         ``include_retracted`` (marked ``retracted=True``, in seq order)."""
-        return run(self._core.history(conversation_id, include_retracted, _retracts(self.store)), self.store)
+        return run(
+            self._core.history(conversation_id, include_retracted, _retracts(self.store)),
+            self.store,
+        )
 
     def search(
         self,
@@ -120,7 +128,10 @@ class ChatMemory:
         pages counted from 0. The calls and results of ``conversation_search`` and
         ``fetch_tool_result`` (which only echo other events) are left out unless
         ``include_recall_tools``."""
-        return self.run_search(conversation_id, self._core.query(keyword, page, match_mode, page_size, include_recall_tools))
+        return self.run_search(
+            conversation_id,
+            self._core.query(keyword, page, match_mode, page_size, include_recall_tools),
+        )
 
     def run_search(self, conversation_id: str, query: SearchQuery) -> SearchPage:
         """Run an already validated query and page its results."""
@@ -128,7 +139,9 @@ class ChatMemory:
 
     def search_tool(self, conversation_id: str) -> ConversationSearchTool:
         """The ``conversation_search`` tool bound to one conversation."""
-        return ConversationSearchTool(self.run_search, check_conversation_id(conversation_id), self.config.search_page_size)
+        return ConversationSearchTool(
+            self.run_search, check_conversation_id(conversation_id), self.config.search_page_size
+        )
 
     def fetch_tool(self, conversation_id: str) -> FetchToolResultTool:
         """The ``fetch_tool_result`` tool bound to one conversation (pair it with
@@ -147,14 +160,18 @@ class ChatMemory:
         :mod:`chat_memory.compression`); the stored events are unchanged."""
         return compress_window(self.window(conversation_id), self.config, self.token_counter)
 
-    def to_anthropic(self, conversation_id: str, system_prompt: str | None = None, **options: Any) -> Any:
+    def to_anthropic(
+        self, conversation_id: str, system_prompt: str | None = None, **options: Any
+    ) -> Any:
         """``(system, messages)`` for the Anthropic Messages API from :meth:`model_window`,
         with this memory's ``summary_placement`` (``options`` go to
         :func:`chat_memory.to_anthropic` and may override it)."""
         options.setdefault("summary_placement", self.config.summary_placement)
         return to_anthropic(self.model_window(conversation_id), system_prompt, **options)
 
-    def to_openai(self, conversation_id: str, system_prompt: str | None = None, **options: Any) -> Any:
+    def to_openai(
+        self, conversation_id: str, system_prompt: str | None = None, **options: Any
+    ) -> Any:
         """Chat Completions messages from :meth:`model_window`, with this memory's
         ``summary_placement`` (see :func:`chat_memory.to_openai`)."""
         options.setdefault("summary_placement", self.config.summary_placement)

@@ -45,7 +45,12 @@ class ContextOverflowError(ChatMemoryError):
 
 
 #: What providers say when a prompt does not fit the model's context window.
-_OVERFLOW_TEXTS = ("prompt is too long", "context_length_exceeded", "maximum context length", "context window")
+_OVERFLOW_TEXTS = (
+    "prompt is too long",
+    "context_length_exceeded",
+    "maximum context length",
+    "context window",
+)
 
 
 def is_context_overflow(error: BaseException) -> bool:

@@ -24,7 +24,9 @@ class EventType(str, Enum):
     SUMMARY = "summary"
 
 
-REAL_TYPES = frozenset({EventType.USER, EventType.ASSISTANT, EventType.TOOL_CALL, EventType.TOOL_RESULT})
+REAL_TYPES = frozenset(
+    {EventType.USER, EventType.ASSISTANT, EventType.TOOL_CALL, EventType.TOOL_RESULT}
+)
 
 
 def _new_id() -> str:
@@ -95,7 +97,11 @@ class Event(BaseModel):
 
     @classmethod
     def tool_call(
-        cls, name: str, arguments: dict[str, Any] | None = None, call_id: str | None = None, **fields: Any
+        cls,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        call_id: str | None = None,
+        **fields: Any,
     ) -> Event:
         """The assistant asking for tool ``name`` with ``arguments``; ``call_id`` pairs it with
         its result (one is generated when not given)."""
@@ -109,7 +115,12 @@ class Event(BaseModel):
 
     @classmethod
     def tool_result(
-        cls, call_id: str, content: str, name: str | None = None, is_error: bool = False, **fields: Any
+        cls,
+        call_id: str,
+        content: str,
+        name: str | None = None,
+        is_error: bool = False,
+        **fields: Any,
     ) -> Event:
         """What the tool returned for the call ``call_id``."""
         return cls(
@@ -137,7 +148,9 @@ class Event(BaseModel):
 
     def stored(self, *, seq: int, tokens: int, archived: bool = False) -> Event:
         """A copy with the fields the store assigns."""
-        return self.model_copy(update={"seq": seq, "tokens": tokens, "archived": archived, "retracted": False})
+        return self.model_copy(
+            update={"seq": seq, "tokens": tokens, "archived": archived, "retracted": False}
+        )
 
     def to_json(self) -> str:
         """The envelope every backend stores."""

@@ -28,7 +28,9 @@ def check_pin_key(index: int, event: Event) -> None:
         return
     key = event.metadata["key"]
     if not isinstance(key, str) or not key:
-        raise InvalidEventError(f"events[{index}].metadata['key'] ({key!r}) must be a non-empty string (the pin key)")
+        raise InvalidEventError(
+            f"events[{index}].metadata['key'] ({key!r}) must be a non-empty string (the pin key)"
+        )
 
 
 def superseded(pinned: Iterable[Event]) -> list[Event]:

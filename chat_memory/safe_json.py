@@ -83,7 +83,9 @@ def loads(
     try:
         return json.loads(text, parse_int=bounded_int)
     except json.JSONDecodeError as exc:
-        raise JSONLimitError(f"{what} {_be(what)} not valid JSON: {exc.msg} (character {exc.pos:,})") from None
+        raise JSONLimitError(
+            f"{what} {_be(what)} not valid JSON: {exc.msg} (character {exc.pos:,})"
+        ) from None
 
 
 def check(
@@ -151,7 +153,11 @@ def describe(value: Any, limit: int = ECHO_CHARS) -> str:
     if value is None or isinstance(value, bool):
         return json.dumps(value)
     if isinstance(value, int):
-        return str(value) if int_digits(value) <= limit else f"an integer of about {int_digits(value):,} digits"
+        return (
+            str(value)
+            if int_digits(value) <= limit
+            else f"an integer of about {int_digits(value):,} digits"
+        )
     if isinstance(value, float):
         return repr(value)
     if isinstance(value, Mapping):

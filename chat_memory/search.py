@@ -6,15 +6,17 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from functools import cached_property
 from datetime import datetime
 from enum import Enum
+from functools import cached_property
 from typing import Any
 
 from .errors import InvalidInputError, SearchError
 from .events import Event, EventType
 
-SEARCHABLE_TYPES = frozenset({EventType.USER, EventType.ASSISTANT, EventType.TOOL_CALL, EventType.TOOL_RESULT})
+SEARCHABLE_TYPES = frozenset(
+    {EventType.USER, EventType.ASSISTANT, EventType.TOOL_CALL, EventType.TOOL_RESULT}
+)
 
 #: The tools through which the model reads its own conversation: their calls and results only
 #: echo other events (a search result quotes the hits, a fetched result repeats a stored one),
@@ -86,7 +88,10 @@ def fold(text: str) -> str:
 def is_recall_tool_event(event: Event) -> bool:
     """True for a call of a recall tool (:data:`RECALL_TOOL_NAMES`) or its result (the engine
     names each result after its call when it is stored)."""
-    return event.type in (EventType.TOOL_CALL, EventType.TOOL_RESULT) and event.tool_name in RECALL_TOOL_NAMES
+    return (
+        event.type in (EventType.TOOL_CALL, EventType.TOOL_RESULT)
+        and event.tool_name in RECALL_TOOL_NAMES
+    )
 
 
 def search_text(event: Event) -> str | None:
@@ -147,7 +152,9 @@ class SearchQuery:
         if isinstance(page, bool) or not isinstance(page, int) or page < 0:
             raise SearchError(f"page ({quoted(page)}) must be a whole number, 0 or more")
         if not isinstance(include_recall_tools, bool):
-            raise SearchError(f"include_recall_tools ({quoted(include_recall_tools)}) must be True or False")
+            raise SearchError(
+                f"include_recall_tools ({quoted(include_recall_tools)}) must be True or False"
+            )
         query = cls(
             keyword=keyword,
             match_mode=mode,
@@ -190,7 +197,9 @@ def search_events(events: Iterable[Event], query: SearchQuery) -> SearchResult:
     """Run a query over events in memory (for stores that cannot push the match down).
     Events must come oldest first; they are filtered before paging."""
     matched = [e for e in events if (text := search_text(e)) is not None and query.matches(text)]
-    return SearchResult(events=matched[query.offset : query.offset + query.limit], total=len(matched))
+    return SearchResult(
+        events=matched[query.offset : query.offset + query.limit], total=len(matched)
+    )
 
 
 @dataclass(frozen=True)

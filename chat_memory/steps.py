@@ -13,7 +13,7 @@ import inspect
 import time
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any, TypeVar, Union
+from typing import Any, TypeVar
 
 from .events import Event
 from .summarizer import Summarizer, arun_summarizer, run_summarizer
@@ -49,7 +49,7 @@ class Sleep:
     seconds: float
 
 
-Step = Union[StoreCall, Summarize, Sleep]
+Step = StoreCall | Summarize | Sleep
 Steps = Generator[Step, Any, T]
 
 
@@ -67,7 +67,9 @@ def _do(step: Step, store: Any) -> Any:
     if isinstance(step, StoreCall):
         return getattr(store, step.method)(*step.args)
     if isinstance(step, Summarize):
-        return run_summarizer(step.summarizer, step.previous, step.events, step.upcoming, gap=step.gap)
+        return run_summarizer(
+            step.summarizer, step.previous, step.events, step.upcoming, gap=step.gap
+        )
     time.sleep(step.seconds)
     return None
 
@@ -107,7 +109,9 @@ async def _ado(step: Step, store: Any) -> Any:
     if isinstance(step, StoreCall):
         return await getattr(store, step.method)(*step.args)
     if isinstance(step, Summarize):
-        return await arun_summarizer(step.summarizer, step.previous, step.events, step.upcoming, gap=step.gap)
+        return await arun_summarizer(
+            step.summarizer, step.previous, step.events, step.upcoming, gap=step.gap
+        )
     await asyncio.sleep(step.seconds)
     return None
 
@@ -129,4 +133,15 @@ def is_async_summarizer(summarizer: Any) -> bool:
     return inspect.iscoroutinefunction(getattr(summarizer, "summarize", None))
 
 
-__all__ = ["Sleep", "Step", "Steps", "StoreCall", "Summarize", "arun", "arun_memory", "call", "is_async_summarizer", "run"]
+__all__ = [
+    "Sleep",
+    "Step",
+    "Steps",
+    "StoreCall",
+    "Summarize",
+    "arun",
+    "arun_memory",
+    "call",
+    "is_async_summarizer",
+    "run",
+]

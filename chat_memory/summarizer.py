@@ -77,14 +77,21 @@ def as_summarizer(candidate: Any) -> Summarizer | None:
 
 def accepts_gap(summarizer: Any) -> bool:
     """Whether ``summarizer.summarize`` (or an adapted function) takes a ``gap`` keyword."""
-    target = summarizer.function if isinstance(summarizer, FunctionSummarizer) else getattr(summarizer, "summarize", None)
+    target = (
+        summarizer.function
+        if isinstance(summarizer, FunctionSummarizer)
+        else getattr(summarizer, "summarize", None)
+    )
     try:
         parameters = inspect.signature(target).parameters.values()  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return False
     return any(
         p.kind is inspect.Parameter.VAR_KEYWORD
-        or (p.name == "gap" and p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD))
+        or (
+            p.name == "gap"
+            and p.kind in (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        )
         for p in parameters
     )
 
@@ -94,7 +101,11 @@ def _gap_keyword(summarizer: Any, gap: tuple[int, int] | None) -> dict[str, Any]
 
 
 def run_summarizer(
-    summarizer: Summarizer, previous: str | None, events: list[Event], upcoming: list[Event], gap: tuple[int, int] | None = None
+    summarizer: Summarizer,
+    previous: str | None,
+    events: list[Event],
+    upcoming: list[Event],
+    gap: tuple[int, int] | None = None,
 ) -> str:
     """Call the summarizer (with ``gap`` when it takes that keyword); any failure or an empty
     answer becomes :class:`SummarizerError` (a :class:`ConfigurationError`, which says it can
@@ -113,12 +124,18 @@ def run_summarizer(
 
 
 async def arun_summarizer(
-    summarizer: Any, previous: str | None, events: list[Event], upcoming: list[Event], gap: tuple[int, int] | None = None
+    summarizer: Any,
+    previous: str | None,
+    events: list[Event],
+    upcoming: list[Event],
+    gap: tuple[int, int] | None = None,
 ) -> str:
     """:func:`run_summarizer` for the async API: an ``async def summarize`` (or an async
     function) is awaited; a sync one runs in a worker thread, never on the event loop."""
     extra = _gap_keyword(summarizer, gap)
-    function = summarizer.function if isinstance(summarizer, FunctionSummarizer) else summarizer.summarize
+    function = (
+        summarizer.function if isinstance(summarizer, FunctionSummarizer) else summarizer.summarize
+    )
     try:
         if _is_async(summarizer):
             text = await function(previous, events, upcoming, **extra)
@@ -145,7 +162,9 @@ def checked_summary(text: Any) -> str:
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        raise SummarizerError(f"the summarizer returned text that is not valid Unicode: {exc}") from None
+        raise SummarizerError(
+            f"the summarizer returned text that is not valid Unicode: {exc}"
+        ) from None
     return text.strip()
 
 
@@ -156,7 +175,9 @@ def render_transcript(events: Sequence[Event]) -> str:
         stamp = e.created_at.strftime("%Y-%m-%d %H:%M")
         if e.type is EventType.TOOL_CALL:
             args = json.dumps(e.arguments or {}, ensure_ascii=False, sort_keys=True)
-            lines.append(f"[#{e.seq} {stamp}] assistant called tool {e.tool_name} (call {e.tool_call_id}) with {args}")
+            lines.append(
+                f"[#{e.seq} {stamp}] assistant called tool {e.tool_name} (call {e.tool_call_id}) with {args}"
+            )
         elif e.type is EventType.TOOL_RESULT:
             status = "error" if e.is_error else "result"
             lines.append(f"[#{e.seq} {stamp}] tool {status} for call {e.tool_call_id}: {e.content}")
@@ -166,7 +187,10 @@ def render_transcript(events: Sequence[Event]) -> str:
 
 
 def summary_request(
-    previous: str | None, events: Sequence[Event], upcoming: Sequence[Event], gap: tuple[int, int] | None = None
+    previous: str | None,
+    events: Sequence[Event],
+    upcoming: Sequence[Event],
+    gap: tuple[int, int] | None = None,
 ) -> str:
     """The user message sent to the summarizer model. ``gap``: the seqs of the first events
     that were archived earlier without a summary (the previous summary does not cover them)."""
@@ -214,11 +238,17 @@ class AnthropicSummarizer:
         max_retries: int = DEFAULT_SUMMARIZER_RETRIES,
     ) -> None:
         if not isinstance(model, str) or not model.strip():
-            raise ConfigurationError(f"Summarizer model ({model!r}) must be a model name such as {DEFAULT_SUMMARIZER_MODEL!r}")
+            raise ConfigurationError(
+                f"Summarizer model ({model!r}) must be a model name such as {DEFAULT_SUMMARIZER_MODEL!r}"
+            )
         if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
-            raise ConfigurationError(f"summarizer timeout ({timeout!r}) must be a number of seconds greater than 0")
+            raise ConfigurationError(
+                f"summarizer timeout ({timeout!r}) must be a number of seconds greater than 0"
+            )
         if isinstance(max_retries, bool) or not isinstance(max_retries, int) or max_retries < 0:
-            raise ConfigurationError(f"summarizer max_retries ({max_retries!r}) must be a whole number, 0 or more")
+            raise ConfigurationError(
+                f"summarizer max_retries ({max_retries!r}) must be a whole number, 0 or more"
+            )
         self.model = model
         self.max_tokens = max_tokens
         self.timeout = float(timeout)
@@ -231,11 +261,15 @@ class AnthropicSummarizer:
         try:
             import anthropic
         except ModuleNotFoundError as exc:
-            raise ConfigurationError("the anthropic driver is missing; pip install 'chat-memory[anthropic]'") from exc
+            raise ConfigurationError(
+                "the anthropic driver is missing; pip install 'chat-memory[anthropic]'"
+            ) from exc
         try:
             client = getattr(anthropic, self._client_class)()
         except anthropic.AnthropicError as exc:
-            raise ConfigurationError(f"Summarizer model ({self.model!r}): the Anthropic client cannot be built: {exc}") from None
+            raise ConfigurationError(
+                f"Summarizer model ({self.model!r}): the Anthropic client cannot be built: {exc}"
+            ) from None
         if not (getattr(client, "api_key", None) or getattr(client, "auth_token", None)):
             raise ConfigurationError(
                 f"Summarizer model ({self.model!r}) needs an Anthropic API key: set ANTHROPIC_API_KEY or pass client="
@@ -248,34 +282,52 @@ class AnthropicSummarizer:
         return self.client
 
     def _request(
-        self, previous: str | None, events: list[Event], upcoming: list[Event], gap: tuple[int, int] | None = None
+        self,
+        previous: str | None,
+        events: list[Event],
+        upcoming: list[Event],
+        gap: tuple[int, int] | None = None,
     ) -> dict[str, Any]:
         return {
             "model": self.model,
             "max_tokens": self.max_tokens,
             "system": SUMMARY_SYSTEM_PROMPT,
-            "messages": [{"role": "user", "content": summary_request(previous, events, upcoming, gap)}],
+            "messages": [
+                {"role": "user", "content": summary_request(previous, events, upcoming, gap)}
+            ],
         }
 
     def _never_works(self, exc: Exception) -> ConfigurationError | None:
         """A ConfigurationError for an answer that says it can never work (else None)."""
         status = getattr(exc, "status_code", None)
         if status in _NEVER_WORKS:
-            return ConfigurationError(f"Summarizer model ({self.model!r}) cannot be used: HTTP {status} {_NEVER_WORKS[status]}: {exc}")
+            return ConfigurationError(
+                f"Summarizer model ({self.model!r}) cannot be used: HTTP {status} {_NEVER_WORKS[status]}: {exc}"
+            )
         return None
 
     def _text(self, response: Any) -> str:
-        text = "".join(block.text for block in response.content if getattr(block, "type", None) == "text")
+        text = "".join(
+            block.text for block in response.content if getattr(block, "type", None) == "text"
+        )
         if not text.strip():
-            raise SummarizerError(f"{self.model} returned no summary text (stop_reason={response.stop_reason!r})")
+            raise SummarizerError(
+                f"{self.model} returned no summary text (stop_reason={response.stop_reason!r})"
+            )
         return text.strip()
 
     def summarize(
-        self, previous: str | None, events: list[Event], upcoming: list[Event], gap: tuple[int, int] | None = None
+        self,
+        previous: str | None,
+        events: list[Event],
+        upcoming: list[Event],
+        gap: tuple[int, int] | None = None,
     ) -> str:
         """A new summary of ``previous`` plus ``events`` (see :class:`Summarizer` for ``gap``)."""
         try:
-            response = self._bounded_client().messages.create(**self._request(previous, events, upcoming, gap))
+            response = self._bounded_client().messages.create(
+                **self._request(previous, events, upcoming, gap)
+            )
         except Exception as exc:
             never = self._never_works(exc)
             if never is None:
@@ -292,11 +344,17 @@ class AsyncAnthropicSummarizer(AnthropicSummarizer):
     _client_class = "AsyncAnthropic"
 
     async def summarize(  # type: ignore[override]
-        self, previous: str | None, events: list[Event], upcoming: list[Event], gap: tuple[int, int] | None = None
+        self,
+        previous: str | None,
+        events: list[Event],
+        upcoming: list[Event],
+        gap: tuple[int, int] | None = None,
     ) -> str:
         """A new summary of ``previous`` plus ``events`` (see :class:`Summarizer` for ``gap``)."""
         try:
-            response = await self._bounded_client().messages.create(**self._request(previous, events, upcoming, gap))
+            response = await self._bounded_client().messages.create(
+                **self._request(previous, events, upcoming, gap)
+            )
         except Exception as exc:
             never = self._never_works(exc)
             if never is None:

@@ -54,7 +54,10 @@ def archive_tally(snapshot: Snapshot, cut: Cut) -> dict[str, int]:
 def _tally_of(summary: Event | None) -> tuple[int | None, int | None]:
     if summary is None:
         return None, None
-    real, replaced = summary.metadata.get("archived_real_events"), summary.metadata.get("replaced_summaries")
+    real, replaced = (
+        summary.metadata.get("archived_real_events"),
+        summary.metadata.get("replaced_summaries"),
+    )
     ok = all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (real, replaced))
     return (real, replaced) if ok else (None, None)
 

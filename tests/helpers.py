@@ -50,11 +50,15 @@ def check_cut(active, index: int, strategy) -> None:
     archived_calls = [(i, e) for i, e in enumerate(active[:index]) if e.type is EventType.TOOL_CALL]
     for i, call in archived_calls:
         if call.tool_call_id not in results:
-            assert is_superseded(starts, i), f"pending call {call.tool_call_id!r} archived before it was superseded"
+            assert is_superseded(starts, i), (
+                f"pending call {call.tool_call_id!r} archived before it was superseded"
+            )
     kept_results = {e.tool_call_id for e in active[index:] if e.type is EventType.TOOL_RESULT}
     separated = [(i, c) for i, c in archived_calls if c.tool_call_id in kept_results]
     if separated:
-        assert all(is_superseded(starts, i) for i, _ in separated), "a cut separated a call still in its grace turns"
+        assert all(is_superseded(starts, i) for i, _ in separated), (
+            "a cut separated a call still in its grace turns"
+        )
         for s in safe_cuts(active):
             rest = tuple(active[s:])
             within = strategy.plan(Window(active=rest)) is None

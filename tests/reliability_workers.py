@@ -26,7 +26,14 @@ SHARED = "shared"
 #: big enough that no test ever trims the archive: every committed add must stay findable
 NO_CAP = 10_000_000
 #: what the forkserver imports once, so that a writer started after a kill begins at once
-PRELOAD = ["tests.reliability_workers", "sqlalchemy", "psycopg", "redis", "boto3", "botocore.client"]
+PRELOAD = [
+    "tests.reliability_workers",
+    "sqlalchemy",
+    "psycopg",
+    "redis",
+    "boto3",
+    "botocore.client",
+]
 
 
 def word_count(text: str) -> int:
@@ -50,7 +57,12 @@ def flaky_summary(previous: str | None, events: list[Event], upcoming: list[Even
 def memory_config(strategy: str) -> MemoryConfig:
     """Strategies that compact at almost every add."""
     if strategy == "turn_window":
-        return MemoryConfig(compaction_strategy="turn_window", max_turns=2, compact_to_ratio=1.0, max_archived_events=NO_CAP)
+        return MemoryConfig(
+            compaction_strategy="turn_window",
+            max_turns=2,
+            compact_to_ratio=1.0,
+            max_archived_events=NO_CAP,
+        )
     if strategy == "recursive_summarization":
         return MemoryConfig(
             compaction_strategy="recursive_summarization",
@@ -64,13 +76,16 @@ def memory_config(strategy: str) -> MemoryConfig:
 
 def open_memory(store: Any, strategy: str, summarizer: Any = quick_summary) -> ChatMemory:
     """A ChatMemory over ``store`` with the test configuration of ``strategy``."""
-    return ChatMemory(store, memory_config(strategy), summarizer=summarizer, token_counter=word_count)
+    return ChatMemory(
+        store, memory_config(strategy), summarizer=summarizer, token_counter=word_count
+    )
 
 
 def tagged(add_id: str, events: list[Event]) -> list[Event]:
     """The events with the add's id and their position stored in their metadata."""
     return [
-        e.model_copy(update={"metadata": {"add": add_id, "part": i, "of": len(events)}}) for i, e in enumerate(events)
+        e.model_copy(update={"metadata": {"add": add_id, "part": i, "of": len(events)}})
+        for i, e in enumerate(events)
     ]
 
 
@@ -93,7 +108,13 @@ def split_turn(add_id: str) -> list[list[Event]]:
     between a tool call and its result."""
     call = f"call-{add_id}"
     return [
-        tagged(f"{add_id}a", [Event.user(f"{add_id}a question"), Event.tool_call("lookup", {"add": add_id}, call_id=call)]),
+        tagged(
+            f"{add_id}a",
+            [
+                Event.user(f"{add_id}a question"),
+                Event.tool_call("lookup", {"add": add_id}, call_id=call),
+            ],
+        ),
         tagged(f"{add_id}b", [Event.tool_result(call, f"{add_id}b result", name="lookup")]),
         tagged(f"{add_id}c", [Event.assistant(f"{add_id}c answer")]),
     ]
@@ -103,14 +124,16 @@ class AddLog:
     """The per-process record of adds begun and done; each line is on disk before we go on."""
 
     def __init__(self, path: str) -> None:
-        self._file = open(path, "a", encoding="utf-8")  # noqa: SIM115 - lives as long as the writer
+        self._file = open(path, "a", encoding="utf-8")
 
     def write(self, word: str, add_id: str) -> None:
         self._file.write(f"{word} {add_id}\n")
         self._file.flush()
         os.fsync(self._file.fileno())
 
-    def add(self, memory: ChatMemory, conversation_id: str, add_id: str, events: list[Event]) -> None:
+    def add(
+        self, memory: ChatMemory, conversation_id: str, add_id: str, events: list[Event]
+    ) -> None:
         self.write("begin", add_id)
         memory.add(conversation_id, events)
         self.write("done", add_id)
@@ -139,12 +162,16 @@ def run_writer(job: WriterJob) -> int:
     """The child's entry point; returns the number of turns written. A failure is logged as
     ``error <description>`` so the parent can report it."""
     os.environ.update(job.env)
-    logging.getLogger("chat_memory").setLevel(logging.ERROR)  # injected summarizer failures are expected
+    logging.getLogger("chat_memory").setLevel(
+        logging.ERROR
+    )  # injected summarizer failures are expected
     log = AddLog(job.log_path)
     try:
         store = open_store(job.url)
         try:
-            memory = open_memory(store, job.strategy, flaky_summary if job.flaky_summarizer else quick_summary)
+            memory = open_memory(
+                store, job.strategy, flaky_summary if job.flaky_summarizer else quick_summary
+            )
             turn = 0
             while job.turns is None or turn < job.turns:
                 add_id = job.add_id(turn)
@@ -157,7 +184,9 @@ def run_writer(job: WriterJob) -> int:
         finally:
             store.close()
     except BaseException as exc:
-        log.write("error", f"{type(exc).__name__}: {exc} | " + " ".join(traceback.format_exc().split()))
+        log.write(
+            "error", f"{type(exc).__name__}: {exc} | " + " ".join(traceback.format_exc().split())
+        )
         raise
 
 
@@ -186,7 +215,9 @@ class AddRecord:
 
     def only(self, belongs: Callable[[str], bool]) -> AddRecord:
         """The adds of one conversation."""
-        return AddRecord({a for a in self.begun if belongs(a)}, {a for a in self.done if belongs(a)}, self.errors)
+        return AddRecord(
+            {a for a in self.begun if belongs(a)}, {a for a in self.done if belongs(a)}, self.errors
+        )
 
 
 def read_logs(paths: Iterable[Path]) -> AddRecord:
@@ -203,7 +234,9 @@ def read_logs(paths: Iterable[Path]) -> AddRecord:
             elif word == "error":
                 record.errors.append(f"{path.name}: {rest}")
         unfinished = [a for a in begun_here if a not in done_here]
-        assert unfinished in ([], begun_here[-1:]), f"{path.name}: adds begun but not done: {unfinished}"
+        assert unfinished in ([], begun_here[-1:]), (
+            f"{path.name}: adds begun but not done: {unfinished}"
+        )
         record.begun.update(begun_here)
         record.done.update(done_here)
     return record
@@ -215,7 +248,9 @@ def add_groups(history: list[Event]) -> dict[str, list[Event]]:
     for event in history:
         add_id = event.metadata.get("add")
         if add_id is None:
-            assert event.type is EventType.SUMMARY, f"event #{event.seq} ({event.type.value}) has no add id"
+            assert event.type is EventType.SUMMARY, (
+                f"event #{event.seq} ({event.type.value}) has no add id"
+            )
             continue
         groups[add_id].append(event)
     return groups
@@ -230,10 +265,18 @@ def check_history(history: list[Event], record: AddRecord) -> dict[str, list[Eve
     for add_id, events in groups.items():
         assert add_id in record.begun, f"add {add_id} is stored but no writer began it"
         parts = [e.metadata["part"] for e in events]
-        assert parts == list(range(events[0].metadata["of"])), f"add {add_id} is partial or duplicated: parts {parts}"
+        assert parts == list(range(events[0].metadata["of"])), (
+            f"add {add_id} is partial or duplicated: parts {parts}"
+        )
         seqs = [e.seq or 0 for e in events]
-        assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), f"add {add_id} is interleaved: seqs {seqs}"
-        assert all(e.content is None or e.content.startswith(add_id) for e in events if e.type is not EventType.TOOL_CALL)
+        assert seqs == list(range(seqs[0], seqs[0] + len(seqs))), (
+            f"add {add_id} is interleaved: seqs {seqs}"
+        )
+        assert all(
+            e.content is None or e.content.startswith(add_id)
+            for e in events
+            if e.type is not EventType.TOOL_CALL
+        )
     missing = record.done - groups.keys()
     assert not missing, f"adds logged as done are missing: {sorted(missing)[:10]}"
     check_tool_pairing(history)
@@ -247,7 +290,9 @@ def check_tool_pairing(events: list[Event]) -> None:
         if event.type is EventType.TOOL_CALL:
             calls.add(event.tool_call_id)
         elif event.type is EventType.TOOL_RESULT:
-            assert event.tool_call_id in calls, f"tool result #{event.seq} answers no earlier tool call"
+            assert event.tool_call_id in calls, (
+                f"tool result #{event.seq} answers no earlier tool call"
+            )
 
 
 def check_writer_order(groups: dict[str, list[Event]], record: AddRecord) -> None:
@@ -266,19 +311,26 @@ def _position_key(position: str) -> tuple[int, str]:
     return int(digits), position[len(digits) :]
 
 
-def check_window(memory: ChatMemory, conversation_id: str, history: list[Event], *, compacted: bool = True) -> None:
+def check_window(
+    memory: ChatMemory, conversation_id: str, history: list[Event], *, compacted: bool = True
+) -> None:
     """The window starts at a user event, holds no orphaned tool result, agrees with the
     history's archived flags, and the archive count matches; ``compacted``: right after a
     successful compaction, so the strategy's limit holds too."""
     window = memory.window(conversation_id)
     active = [e for e in window if e.is_real]
-    assert active and active[0].type is EventType.USER, f"window of {conversation_id!r} does not start at a user event"
+    assert active and active[0].type is EventType.USER, (
+        f"window of {conversation_id!r} does not start at a user event"
+    )
     check_tool_pairing(active)
     archived = [e for e in history if e.archived]
     assert {e.seq for e in active} == {e.seq for e in history if e.is_real and not e.archived}
     stats = memory.stats(conversation_id)
     summaries = sum(e.type is EventType.SUMMARY for e in archived)
-    assert (stats.archived_events, stats.archived_summaries) == (len(archived) - summaries, summaries)
+    assert (stats.archived_events, stats.archived_summaries) == (
+        len(archived) - summaries,
+        summaries,
+    )
     if compacted:
         limits(memory, active)
 

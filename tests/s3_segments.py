@@ -13,22 +13,32 @@ def numbered(n: int, start: int = 0) -> list[Event]:
     """Tool calls and their results: c<k> and r<k> for k = start, start + 2, …"""
     events: list[Event] = []
     for k in range(start, start + n, 2):
-        events += [Event.tool_call("f", {"k": k}, call_id=f"c{k}", tokens=1), Event.tool_result(f"c{k}", f"r{k}", tokens=1)]
+        events += [
+            Event.tool_call("f", {"k": k}, call_id=f"c{k}", tokens=1),
+            Event.tool_result(f"c{k}", f"r{k}", tokens=1),
+        ]
     return events[:n]
 
 
 def stored_head(store: S3Store, cid: str) -> dict:
     """The head object as stored (JSON), read past the store."""
-    return json.loads(store.client.get_object(Bucket=store.bucket, Key=store.layout.head(cid))["Body"].read())
+    return json.loads(
+        store.client.get_object(Bucket=store.bucket, Key=store.layout.head(cid))["Body"].read()
+    )
 
 
 def object_keys(store: S3Store) -> set[str]:
     """Every segment object stored under the store's prefix."""
-    listing = store.client.list_objects_v2(Bucket=store.bucket, Prefix=f"{store.layout.prefix}archive/")
+    listing = store.client.list_objects_v2(
+        Bucket=store.bucket, Prefix=f"{store.layout.prefix}archive/"
+    )
     return {obj["Key"] for obj in listing.get("Contents", [])}
 
 
 def referenced(store: S3Store, cid: str) -> set[str]:
     """The segment objects the conversation's head lists (archive, window and retracted)."""
     head = store._read_head(cid)[0]
-    return {store.layout.segment_key(head, ref) for ref in (*head.segments, *head.window, *head.retracted)}
+    return {
+        store.layout.segment_key(head, ref)
+        for ref in (*head.segments, *head.window, *head.retracted)
+    }

@@ -60,7 +60,14 @@ class Reads:
             return original(cls, data)
 
         monkeypatch.setattr(Event, "from_json", classmethod(from_json))
-        for name in ("load", "append", "append_without_window", "find_events", "find_tool_events", "history"):
+        for name in (
+            "load",
+            "append",
+            "append_without_window",
+            "find_events",
+            "find_tool_events",
+            "history",
+        ):
             method = getattr(store, name, None)
             if method is not None:
                 monkeypatch.setattr(store, name, self._counting(method))
@@ -134,7 +141,9 @@ def test_a_late_result_of_an_archived_call_reads_the_call_not_the_archive(lean_s
     store.append("late", [*long_history(), Event.tool_call("lookup", {}, call_id="late", tokens=1)])
     store.append("late", [Event.user("next", tokens=1)])
     snapshot = store.load("late")
-    plan = CompactionPlan(snapshot.version, archive_through_seq=LONG + 1, max_archived_events=LONG + 1)
+    plan = CompactionPlan(
+        snapshot.version, archive_through_seq=LONG + 1, max_archived_events=LONG + 1
+    )
     assert store.apply("late", plan)
     memory = ChatMemory(store, NONE, token_counter=fixed_tokens)
     reads = Reads(monkeypatch, store)
@@ -158,7 +167,9 @@ def test_a_redis_add_runs_no_whole_list_read_on_the_server(redis_store):
 
     def whole_reads() -> int:
         stats = store.client.info("commandstats")
-        return sum(stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("lrange", "zrange"))
+        return sum(
+            stats.get(f"cmdstat_{name}", {}).get("calls", 0) for name in ("lrange", "zrange")
+        )
 
     before = whole_reads()
     memory.add("long", [Event.user("q"), Event.assistant("a")])
@@ -263,13 +274,26 @@ def test_a_version_3_database_gets_its_ids_indexed_in_place(sql_url):
         assert [e.seq for e in store.append_without_window("c", [retried])] == [6]
         with store.engine.begin() as connection:
             events = store.tables.events
-            unkeyed = connection.execute(sa.select(sa.func.count()).where(events.c.event_key.is_(None))).scalar_one()
-            calls = connection.execute(sa.select(sa.func.count()).where(events.c.call_key.is_not(None))).scalar_one()
-            recorded = dict(connection.execute(sa.select(store.tables.meta.c.name, store.tables.meta.c.value)).all())
+            unkeyed = connection.execute(
+                sa.select(sa.func.count()).where(events.c.event_key.is_(None))
+            ).scalar_one()
+            calls = connection.execute(
+                sa.select(sa.func.count()).where(events.c.call_key.is_not(None))
+            ).scalar_one()
+            recorded = dict(
+                connection.execute(
+                    sa.select(store.tables.meta.c.name, store.tables.meta.c.value)
+                ).all()
+            )
         assert unkeyed == 0 and calls == 2 + 2 + 1 + 1  # two pairs, the open call and its result
-        assert recorded["schema_version"] == "5" and recorded["migrated_to_4"].endswith("(event_key, call_key)")
+        assert recorded["schema_version"] == "5" and recorded["migrated_to_4"].endswith(
+            "(event_key, call_key)"
+        )
         indexes = {index["name"] for index in sa.inspect(store.engine).get_indexes(events.name)}
-        assert {f"{store.tables.prefix}events_event_key_idx", f"{store.tables.prefix}events_call_key_idx"} <= indexes
+        assert {
+            f"{store.tables.prefix}events_event_key_idx",
+            f"{store.tables.prefix}events_call_key_idx",
+        } <= indexes
 
 
 @pytest.fixture(params=["fakeredis_store", pytest.param("redis_store", marks=pytest.mark.redis)])
@@ -300,10 +324,17 @@ def test_a_redis_tool_call_index_left_behind_is_not_trusted_and_is_rebuilt(any_r
 def test_the_redis_archive_cap_takes_dropped_events_out_of_the_tool_call_index(any_redis):
     store = any_redis
     store.append("c", long_history(40))
-    assert store.apply("c", CompactionPlan(store.load("c").version, archive_through_seq=36, max_archived_events=4))
+    assert store.apply(
+        "c", CompactionPlan(store.load("c").version, archive_through_seq=36, max_archived_events=4)
+    )
     calls = store._keys("c")[8]
     assert store.client.hlen(calls) == 2  # old-32 (archived, kept) and old-36 (active)
-    assert [e.seq for e in store.find_tool_events("c", ["old-0", "old-32", "old-36"])] == [34, 35, 38, 39]
+    assert [e.seq for e in store.find_tool_events("c", ["old-0", "old-32", "old-36"])] == [
+        34,
+        35,
+        38,
+        39,
+    ]
 
 
 # -- S3: requests and bytes on the wire ---------------------------------------------------

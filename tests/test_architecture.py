@@ -29,8 +29,18 @@ PUBLIC_MODULES = {
     "chat_memory.tools",
 }
 OPTIONAL = (
-    "anthropic", "redis", "boto3", "botocore", "psycopg", "httpx2", "moto", "langchain_core", "agents", "lfx",
-    "aiosqlite", "greenlet",
+    "anthropic",
+    "redis",
+    "boto3",
+    "botocore",
+    "psycopg",
+    "httpx2",
+    "moto",
+    "langchain_core",
+    "agents",
+    "lfx",
+    "aiosqlite",
+    "greenlet",
 )
 
 
@@ -78,6 +88,7 @@ def graph() -> dict[str, set[str]]:
 
 def test_no_import_cycles_between_modules():
     edges = graph()
+
     # a package's __init__ importing its own submodules is how packages work; count the rest
     def real(source: str, target: str) -> bool:
         return not (target.startswith(source + ".") and edges.get(source) is not None)
@@ -116,7 +127,9 @@ def test_the_host_uses_only_the_public_api():
     for source, targets in graph().items():
         if not source.startswith("chat_memory.host"):
             continue
-        private = {t for t in targets if not t.startswith("chat_memory.host") and t not in PUBLIC_MODULES}
+        private = {
+            t for t in targets if not t.startswith("chat_memory.host") and t not in PUBLIC_MODULES
+        }
         assert not private, f"{source} imports {sorted(private)}, which are not public API"
 
 
@@ -126,7 +139,9 @@ def test_import_chat_memory_loads_no_optional_driver_and_no_host():
         f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {set(OPTIONAL)!r}));"
         "print(sorted(m for m in sys.modules if m.startswith(('chat_memory.host', 'chat_memory.testing'))))"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
     assert out.splitlines() == ["[]", "[]"], out
 
 
@@ -136,7 +151,9 @@ def test_demo_without_the_anthropic_extra_exits_2_naming_it(tmp_path):
         "from chat_memory.host.cli import main\n"
         "sys.exit(main(['--url', 'memory://', 'demo']))\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path
+    )
     assert result.returncode == 2, result.stderr
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "pip install 'chat-memory[anthropic]'" in lines[0], result.stderr
@@ -161,5 +178,7 @@ def test_the_core_works_without_any_extra(tmp_path):
         "        raise AssertionError(url)\n"
         "print('ok')\n"
     )
-    result = subprocess.run([sys.executable, "-c", code, str(tmp_path / "c.db")], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "c.db")], capture_output=True, text=True
+    )
     assert result.stdout.strip() == "ok", result.stderr

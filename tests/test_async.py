@@ -63,7 +63,9 @@ ENGINE_TESTS = [
 @pytest.mark.parametrize("name", ENGINE_TESTS)
 def test_engine_behaviour_through_the_async_api(name, store, monkeypatch):
     def memory(store, **config):
-        return BlockingMemory(store, MemoryConfig(**{"compact_to_ratio": 1.0, **config}), token_counter=fixed_tokens)
+        return BlockingMemory(
+            store, MemoryConfig(**{"compact_to_ratio": 1.0, **config}), token_counter=fixed_tokens
+        )
 
     monkeypatch.setattr(conformance, "memory", memory)
     monkeypatch.setattr(conformance, "ChatMemory", BlockingMemory)
@@ -89,11 +91,18 @@ def test_async_summarizer_is_awaited_and_sync_one_runs_off_the_loop(store):
         loop_threads.append(_on_a_loop())
         return "sync summary"
 
-    config = {"compaction_strategy": "recursive_summarization", "max_events": 4, "max_events_to_keep": 2, "overlap_size": 0}
+    config = {
+        "compaction_strategy": "recursive_summarization",
+        "max_events": 4,
+        "max_events_to_keep": 2,
+        "overlap_size": 0,
+    }
 
     async def main():
         for cid, summarizer in (("a", AsyncSummary()), ("s", sync_summary)):
-            memory = AsyncChatMemory(ThreadedStore(store), config, summarizer=summarizer, token_counter=fixed_tokens)
+            memory = AsyncChatMemory(
+                ThreadedStore(store), config, summarizer=summarizer, token_counter=fixed_tokens
+            )
             for i in range(4):
                 await memory.add(cid, turn(f"q{i}"))
             yield_summary = (await memory.window(cid))[0]
@@ -121,7 +130,14 @@ def test_async_tools_search_and_fetch(store):
         memory = AsyncChatMemory(store, token_counter=fixed_tokens)  # a sync Store: ThreadedStore
         assert isinstance(memory.store, ThreadedStore)
         call = Event.tool_call("lookup", {"q": "x"}, call_id="c-1")
-        await memory.add("t", [Event.user("the invoice number is INV-77"), call, Event.tool_result("c-1", "full output")])
+        await memory.add(
+            "t",
+            [
+                Event.user("the invoice number is INV-77"),
+                call,
+                Event.tool_result("c-1", "full output"),
+            ],
+        )
         found = await memory.search_tool("t")({"keyword": "inv-77"})
         fetched = await memory.fetch_tool("t")({"tool_call_id": "c-1"})
         bad = await memory.search_tool("t").run({"keyword": ""})
@@ -188,14 +204,19 @@ def test_open_async_store_prefers_an_installed_native_driver(monkeypatch):
     assert type(threaded) is ThreadedStore and not threaded.native
     # the native driver is missing: threads by default, a clear error when insisted upon
     assert type(open_async_store("nativemissing://x", max_workers=2)) is ThreadedStore
-    with pytest.raises(ConfigurationError, match=r"no_such_driver_module_for_chat_memory.*chat-memory\[nativetest-extra\]"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"no_such_driver_module_for_chat_memory.*chat-memory\[nativetest-extra\]",
+    ):
         open_async_store("nativemissing://x", threads=False)
     with pytest.raises(ConfigurationError, match="memory:// has no native async store"):
         open_async_store("memory://", threads=False)
     with pytest.raises(ConfigurationError, match=r"threads \('yes'\)"):
         open_async_store("memory://", threads="yes")
     # what the native store's from_url raises is a ConfigurationError naming the scheme
-    with pytest.raises(ConfigurationError, match="nativetest:// store cannot be opened.*unknown options"):
+    with pytest.raises(
+        ConfigurationError, match="nativetest:// store cannot be opened.*unknown options"
+    ):
         open_async_store("nativetest://x", bogus=1)
 
 
@@ -203,7 +224,16 @@ def test_open_async_store_prefers_an_installed_native_driver(monkeypatch):
 
 #: The store calls the handshake wraps (every Store method the engine calls during ``add``
 #: and ``window``).
-_STORE_CALLS = ("load", "append", "append_compacting", "apply", "history", "find_tool_events", "search", "record_compaction_error")
+_STORE_CALLS = (
+    "load",
+    "append",
+    "append_compacting",
+    "apply",
+    "history",
+    "find_tool_events",
+    "search",
+    "record_compaction_error",
+)
 
 
 class LoopHandshake:
@@ -228,7 +258,9 @@ class LoopHandshake:
             with self._lock:
                 self._waiting.append(loop_ran)
             if not loop_ran.wait(self.timeout):
-                raise AssertionError(f"the event loop did not run while {method.__name__} was in flight")
+                raise AssertionError(
+                    f"the event loop did not run while {method.__name__} was in flight"
+                )
             with self._lock:
                 self.calls += 1
             return method(*args, **kwargs)
@@ -264,11 +296,17 @@ class OnTheLoop(AsyncStore):
     record_compaction_error = compactions = clear = conversations = None  # type: ignore[assignment]
 
 
-async def _adds_with_handshake(wrap, sync_store, conversations: int, turns: int, timeout: float) -> int:
+async def _adds_with_handshake(
+    wrap, sync_store, conversations: int, turns: int, timeout: float
+) -> int:
     """Runs ``conversations`` concurrent conversations of ``turns`` adds each over
     ``wrap(sync_store)`` while the handshake's ticker runs; returns the store calls made."""
     handshake = LoopHandshake(sync_store, timeout)
-    memory = AsyncChatMemory(wrap(sync_store), {"compaction_strategy": "turn_window", "max_turns": 3, "compact_to_ratio": 1.0}, token_counter=fixed_tokens)
+    memory = AsyncChatMemory(
+        wrap(sync_store),
+        {"compaction_strategy": "turn_window", "max_turns": 3, "compact_to_ratio": 1.0},
+        token_counter=fixed_tokens,
+    )
     done = asyncio.Event()
     tick = asyncio.create_task(handshake.ticker(done))
 
@@ -289,7 +327,11 @@ async def _adds_with_handshake(wrap, sync_store, conversations: int, turns: int,
 @pytest.mark.parametrize("backend", ["sqlite_store", "redis_store"])
 def test_200_conversations_on_one_loop_never_block_it(backend, request):
     store = request.getfixturevalue(backend)
-    calls = asyncio.run(_adds_with_handshake(lambda s: ThreadedStore(s, max_workers=8), store, conversations=200, turns=4, timeout=60))
+    calls = asyncio.run(
+        _adds_with_handshake(
+            lambda s: ThreadedStore(s, max_workers=8), store, conversations=200, turns=4, timeout=60
+        )
+    )
     # every add (800) and window (200) made at least one store call, and each one finished
     # only because the loop ran the ticker while it was in flight
     assert calls >= 1000
@@ -297,7 +339,9 @@ def test_200_conversations_on_one_loop_never_block_it(backend, request):
 
 def test_the_handshake_catches_a_store_that_blocks_the_loop(sqlite_store):
     with pytest.raises(AssertionError, match="event loop did not run while"):
-        asyncio.run(_adds_with_handshake(OnTheLoop, sqlite_store, conversations=2, turns=1, timeout=0.2))
+        asyncio.run(
+            _adds_with_handshake(OnTheLoop, sqlite_store, conversations=2, turns=1, timeout=0.2)
+        )
 
 
 class _AsyncMessages:
@@ -327,16 +371,24 @@ def test_async_anthropic_summarizer_is_bounded_and_maps_never_works():
 
     from chat_memory import AsyncAnthropicSummarizer
 
-    reply = SimpleNamespace(content=[SimpleNamespace(type="text", text=" the summary ")], stop_reason="end_turn")
+    reply = SimpleNamespace(
+        content=[SimpleNamespace(type="text", text=" the summary ")], stop_reason="end_turn"
+    )
     client = _AsyncClient(reply)
-    summarizer = AsyncAnthropicSummarizer(model="claude-test", client=client, timeout=7, max_retries=1)
+    summarizer = AsyncAnthropicSummarizer(
+        model="claude-test", client=client, timeout=7, max_retries=1
+    )
     assert asyncio.run(summarizer.summarize(None, [Event.user("hi")], [])) == "the summary"
     assert client.options == {"timeout": 7.0, "max_retries": 1}
     assert client.messages.requests[0]["model"] == "claude-test"
     refused = Exception("no such model")
     refused.status_code = 404  # type: ignore[attr-defined]
     with pytest.raises(ConfigurationError, match="claude-test"):
-        asyncio.run(AsyncAnthropicSummarizer(model="claude-test", client=_AsyncClient(refused)).summarize(None, [], []))
+        asyncio.run(
+            AsyncAnthropicSummarizer(model="claude-test", client=_AsyncClient(refused)).summarize(
+                None, [], []
+            )
+        )
 
 
 def test_append_compacting_falls_back_to_append_then_compare_and_swap(fakeredis_store):

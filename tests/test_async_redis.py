@@ -65,10 +65,16 @@ def test_engine_behaviour_on_the_native_store(name, async_store, monkeypatch):
     itself (the tests' own direct store calls go through the blocking facade)."""
 
     def memory(store, **config):
-        return BlockingMemory(_native(store), MemoryConfig(**{"compact_to_ratio": 1.0, **config}), token_counter=fixed_tokens)
+        return BlockingMemory(
+            _native(store),
+            MemoryConfig(**{"compact_to_ratio": 1.0, **config}),
+            token_counter=fixed_tokens,
+        )
 
     monkeypatch.setattr(conformance, "memory", memory)
-    monkeypatch.setattr(conformance, "ChatMemory", lambda store, *a, **k: BlockingMemory(_native(store), *a, **k))
+    monkeypatch.setattr(
+        conformance, "ChatMemory", lambda store, *a, **k: BlockingMemory(_native(store), *a, **k)
+    )
     getattr(conformance, name)(async_store)
 
 
@@ -95,8 +101,13 @@ def test_sync_writes_async_reads_and_back(url):
             store = AsyncRedisStore.from_url(url)
             try:
                 amemory = AsyncChatMemory(store, CONFIG, token_counter=fixed_tokens)
-                seen = (await store.load(cid), await store.history(cid), (await amemory.search(cid, "bluefin")).total,
-                        await store.compactions(cid), await store.conversations())
+                seen = (
+                    await store.load(cid),
+                    await store.history(cid),
+                    (await amemory.search(cid, "bluefin")).total,
+                    await store.compactions(cid),
+                    await store.conversations(),
+                )
                 for i in range(3):
                     await amemory.add(cid, turn(f"async {i}"))
                 return seen
@@ -104,11 +115,16 @@ def test_sync_writes_async_reads_and_back(url):
                 await store.aclose()
 
         snapshot, history, found, records, ids = asyncio.run(async_side())
-        assert snapshot == written and _seen(history) == _seen(written_history) and found == 2  # question and reply, archived
+        assert (
+            snapshot == written and _seen(history) == _seen(written_history) and found == 2
+        )  # question and reply, archived
         assert len(records) == 2 and ids == [cid]
         after = memory.history(cid)
         assert [e.seq for e in after] == list(range(1, len(after) + 1))
-        assert [e.content for e in memory.window(cid) if e.type.value == "user"] == ["async 1", "async 2"]
+        assert [e.content for e in memory.window(cid) if e.type.value == "user"] == [
+            "async 1",
+            "async 2",
+        ]
         assert len(memory.compactions(cid)) == 5 and memory.search(cid, "async 0").total == 2
     finally:
         sync_store.close()
@@ -131,7 +147,9 @@ def test_async_writes_are_what_sync_reads(url):
     try:
         assert sync_store.load("c") == snapshot and snapshot.compaction_error == "summarizer down"
         assert _seen(sync_store.history("c")) == _seen(history) and snapshot.archived_count == 3
-        assert sync_store.apply("c", CompactionPlan(snapshot.version, archive_through_seq=6))  # the same version counter
+        assert sync_store.apply(
+            "c", CompactionPlan(snapshot.version, archive_through_seq=6)
+        )  # the same version counter
     finally:
         sync_store.close()
 
@@ -142,17 +160,30 @@ def test_async_writes_are_what_sync_reads(url):
 def test_open_async_store_picks_the_native_store_and_threads_on_demand(redis_server):
     for scheme in ("redis", "rediss", "redis+cluster", "rediss+cluster"):
         assert native_store_class(scheme) is AsyncRedisStore
-    store = open_async_store(f"{redis_server.url}?prefix=app:&max_archived_events=none", ttl_seconds=60)
+    store = open_async_store(
+        f"{redis_server.url}?prefix=app:&max_archived_events=none", ttl_seconds=60
+    )
     assert isinstance(store, AsyncRedisStore) and store.native and not store.cluster
-    assert (store.prefix, store.default_max_archived_events, store.ttl_seconds) == ("app:", None, 60)
+    assert (store.prefix, store.default_max_archived_events, store.ttl_seconds) == (
+        "app:",
+        None,
+        60,
+    )
     threaded = open_async_store(redis_server.url, threads=True)
-    assert isinstance(threaded, ThreadedStore) and isinstance(threaded.store, RedisStore) and not threaded.native
+    assert (
+        isinstance(threaded, ThreadedStore)
+        and isinstance(threaded.store, RedisStore)
+        and not threaded.native
+    )
     assert isinstance(open_async_store(redis_server.url, threads=False), AsyncRedisStore)
     for opened in (store, threaded):
         asyncio.run(opened.aclose())
 
 
-@pytest.mark.parametrize("option", ["ttl_seconds=0", "max_archived_events=many", "prefix=a{b}", "ttl_seconds=1&ttl_seconds=2"])
+@pytest.mark.parametrize(
+    "option",
+    ["ttl_seconds=0", "max_archived_events=many", "prefix=a{b}", "ttl_seconds=1&ttl_seconds=2"],
+)
 def test_a_bad_url_option_is_named(option):
     with pytest.raises(ConfigurationError, match=option.split("=")[0]) as failure:
         open_async_store(f"redis://:{SECRET}@127.0.0.1:6379/0?{option}")
@@ -167,10 +198,14 @@ def test_keyword_options_are_checked_too():
 @pytest.mark.parametrize("scheme", ["redis", "redis+cluster"])
 def test_a_server_that_is_down_gives_a_storage_error_without_the_password(scheme):
     async def run() -> None:
-        store = open_async_store(f"{scheme}://user:{SECRET}@127.0.0.1:{free_port()}/0?socket_connect_timeout=0.5")
+        store = open_async_store(
+            f"{scheme}://user:{SECRET}@127.0.0.1:{free_port()}/0?socket_connect_timeout=0.5"
+        )
         assert SECRET not in repr(store)
         try:
-            with pytest.raises(StorageError, match=r"AsyncRedisStore\.load failed: .*(Connect|connect)") as failure:
+            with pytest.raises(
+                StorageError, match=r"AsyncRedisStore\.load failed: .*(Connect|connect)"
+            ) as failure:
                 await store.load("nobody-home")
             assert SECRET not in str(failure.value) and SECRET not in repr(failure.value)
         finally:
@@ -180,7 +215,9 @@ def test_a_server_that_is_down_gives_a_storage_error_without_the_password(scheme
 
 
 @pytest.mark.redis
-def test_one_script_call_per_add_a_dropped_connection_is_retried_and_a_flushed_cache_reloads(redis_url, monkeypatch):
+def test_one_script_call_per_add_a_dropped_connection_is_retried_and_a_flushed_cache_reloads(
+    redis_url, monkeypatch
+):
     import redis.asyncio.connection
 
     async def run() -> None:
@@ -248,7 +285,6 @@ def test_a_newer_layout_is_refused_by_the_async_store_too(redis_server):
     asyncio.run(run())
 
 
-
 def test_an_unknown_driver_option_is_named_at_the_first_command():
     """Options that are not the store's go to redis-py, as with RedisStore: it names them."""
     store = open_async_store(f"redis://:{SECRET}@127.0.0.1:{free_port()}/0?no_such_option=1")
@@ -264,12 +300,20 @@ def test_more_concurrent_conversations_than_connections_queue_for_one(redis_serv
     name = f"cm-queue-{free_port()}"
 
     def connected() -> int:
-        return sum(c.get("name") == name for c in redis.Redis.from_url(redis_server.url).client_list())
+        return sum(
+            c.get("name") == name for c in redis.Redis.from_url(redis_server.url).client_list()
+        )
 
     async def main() -> None:
         store = open_async_store(f"{redis_url}&max_connections=4&client_name={name}")
-        assert isinstance(store, AsyncRedisStore) and store.client.connection_pool.max_connections == 4
-        memory = AsyncChatMemory(store, {"compaction_strategy": "turn_window", "max_turns": 2}, token_counter=fixed_tokens)
+        assert (
+            isinstance(store, AsyncRedisStore) and store.client.connection_pool.max_connections == 4
+        )
+        memory = AsyncChatMemory(
+            store,
+            {"compaction_strategy": "turn_window", "max_turns": 2},
+            token_counter=fixed_tokens,
+        )
         # redis-py's default pool would refuse the 5th concurrent command (MaxConnectionsError)
         await asyncio.gather(*(memory.add(f"c{i}", turn(f"q{i}")) for i in range(300)))
         assert sorted(await store.conversations()) == sorted(f"c{i}" for i in range(300))
@@ -286,7 +330,10 @@ def test_more_concurrent_conversations_than_connections_queue_for_one(redis_serv
 def test_one_store_serves_one_asyncio_run_after_another(url):
     """A script (or a framework) that runs each request in a fresh ``asyncio.run()``: the
     store's connections died with the first loop, and it opens new ones on the next."""
-    memory = AsyncChatMemory(open_async_store(url, threads=False), MemoryConfig(compaction_strategy="turn_window", max_turns=3))
+    memory = AsyncChatMemory(
+        open_async_store(url, threads=False),
+        MemoryConfig(compaction_strategy="turn_window", max_turns=3),
+    )
 
     async def turn_and_history(i: int) -> list[str]:
         await memory.add("loops", [Event.user(f"q{i}"), Event.assistant(f"a{i}")])

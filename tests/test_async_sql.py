@@ -8,27 +8,32 @@ import asyncio
 import subprocess
 import sys
 
-import pytest
-import sqlalchemy as sa
-
 # the asyncio extra is part of every test environment (.[all,test]): a missing driver fails
 # here instead of skipping the file
-import aiosqlite  # noqa: E402, F401
-import greenlet  # noqa: E402, F401
+import aiosqlite  # noqa: F401
+import greenlet  # noqa: F401
+import pytest
+import sqlalchemy as sa
+from sqlalchemy.ext.asyncio import create_async_engine
 
-from sqlalchemy.ext.asyncio import create_async_engine  # noqa: E402
-
-import tests.test_conformance as conformance  # noqa: E402
-from chat_memory import AsyncChatMemory, ChatMemory, Event, MemoryConfig, ThreadedStore, open_async_store  # noqa: E402
-from chat_memory.backends.base import Backoff, CompactionPlan  # noqa: E402
-from chat_memory.backends.sql import SCHEMA_VERSION, AsyncSQLStore, SQLStore  # noqa: E402
-from chat_memory.backends.sql.async_store import async_url  # noqa: E402
-from chat_memory.errors import ConcurrencyError, ConfigurationError, StorageError  # noqa: E402
-from chat_memory.testing.blocking import BlockingMemory, BlockingStore, blocking_store, run_blocking  # noqa: E402
-from chat_memory.testing.store_conformance import StoreConformance  # noqa: E402
-from tests.helpers import fixed_tokens, turn  # noqa: E402
-from tests.test_async import ENGINE_TESTS  # noqa: E402
-from tests.test_sql_store import _meta, _pretend_version_1  # noqa: E402
+import tests.test_conformance as conformance
+from chat_memory import (
+    AsyncChatMemory,
+    ChatMemory,
+    Event,
+    MemoryConfig,
+    ThreadedStore,
+    open_async_store,
+)
+from chat_memory.backends.base import Backoff, CompactionPlan
+from chat_memory.backends.sql import SCHEMA_VERSION, AsyncSQLStore, SQLStore
+from chat_memory.backends.sql.async_store import async_url
+from chat_memory.errors import ConcurrencyError, ConfigurationError, StorageError
+from chat_memory.testing.blocking import BlockingMemory, BlockingStore, blocking_store, run_blocking
+from chat_memory.testing.store_conformance import StoreConformance
+from tests.helpers import fixed_tokens, turn
+from tests.test_async import ENGINE_TESTS
+from tests.test_sql_store import _meta, _pretend_version_1
 
 SQL_URLS = ["sqlite_url", pytest.param("postgres_url", marks=pytest.mark.postgres)]
 TURNS = {"compaction_strategy": "turn_window", "max_turns": 2, "compact_to_ratio": 1.0}
@@ -62,7 +67,9 @@ class TestAsyncSQLStore(StoreConformance):
 
 def _memory(store, **config):
     native = store.async_store if isinstance(store, BlockingStore) else store
-    return BlockingMemory(native, MemoryConfig(**{"compact_to_ratio": 1.0, **config}), token_counter=fixed_tokens)
+    return BlockingMemory(
+        native, MemoryConfig(**{"compact_to_ratio": 1.0, **config}), token_counter=fixed_tokens
+    )
 
 
 def _chat_memory(store, config=None, summarizer=None, token_counter=None):
@@ -100,7 +107,12 @@ def test_sync_and_async_stores_read_what_the_other_wrote(sql_url):
     seen, history, found, records = asyncio.run(native_side())
     assert seen == ["sync 1", "reply to sync 1", "sync 2", "reply to sync 2"]
     assert history == 6 and found == 2 and len(records) == 1  # "sync 0" and its reply
-    assert [e.content for e in sync_memory.window("c")] == ["async 0", "reply to async 0", "async 1", "reply to async 1"]
+    assert [e.content for e in sync_memory.window("c")] == [
+        "async 0",
+        "reply to async 0",
+        "async 1",
+        "reply to async 1",
+    ]
     assert [e.seq for e in sync_memory.history("c")] == list(range(1, 11))
     assert len(sync_memory.compactions("c")) == 3 and sync_store.conversations() == ["c"]
     sync_store.close()
@@ -130,17 +142,27 @@ def test_the_async_store_migrates_an_older_schema_in_place(sql_url):
     with SQLStore.from_url(sql_url) as store:
         recorded = _meta(store)
         assert recorded["schema_version"] == SCHEMA_VERSION
-        assert recorded["migrated_to_2"].endswith(" add the compactions and long-term memory tables")
+        assert recorded["migrated_to_2"].endswith(
+            " add the compactions and long-term memory tables"
+        )
 
 
 # -- opening: URLs, options, a caller's engine -------------------------------------------
 
 
-def test_open_async_store_threads_sqlite_unless_the_native_store_is_asked_for(sqlite_url, postgres_url):
+def test_open_async_store_threads_sqlite_unless_the_native_store_is_asked_for(
+    sqlite_url, postgres_url
+):
     # SQLite: aiosqlite is slower than the sync store in threads (bench/bench_async.py)
     default = open_async_store(sqlite_url, max_workers=2)
-    assert type(default) is ThreadedStore and isinstance(default.store, SQLStore) and not default.native
-    insisted = open_async_store(sqlite_url.replace("sqlite://", "sqlite+pysqlite://"), threads=False)
+    assert (
+        type(default) is ThreadedStore
+        and isinstance(default.store, SQLStore)
+        and not default.native
+    )
+    insisted = open_async_store(
+        sqlite_url.replace("sqlite://", "sqlite+pysqlite://"), threads=False
+    )
     assert isinstance(insisted, AsyncSQLStore) and insisted.native
     assert insisted.engine.url.drivername == "sqlite+aiosqlite"
     # PostgreSQL: psycopg's async mode is the default, threads on demand
@@ -168,9 +190,15 @@ def test_urls_get_the_async_driver_of_their_database(url, expected):
 
 
 def test_postgres_urls_open_psycopg_in_async_mode_and_name_both_extras():
-    for url in ("postgres://u@127.0.0.1/db", "postgresql://u@127.0.0.1/db", "postgresql+psycopg://u@127.0.0.1/db"):
+    for url in (
+        "postgres://u@127.0.0.1/db",
+        "postgresql://u@127.0.0.1/db",
+        "postgresql+psycopg://u@127.0.0.1/db",
+    ):
         store = open_async_store(url)
-        assert isinstance(store, AsyncSQLStore) and store.engine.url.drivername == "postgresql+psycopg"
+        assert (
+            isinstance(store, AsyncSQLStore) and store.engine.url.drivername == "postgresql+psycopg"
+        )
         assert store.engine.dialect.is_async
         asyncio.run(store.aclose())
     assert AsyncSQLStore.driver_modules_for("postgres") == ("greenlet", "psycopg")
@@ -194,9 +222,14 @@ def test_without_the_asyncio_extra_sql_falls_back_to_threads_or_names_the_extra(
         "except ConfigurationError as exc:\n"
         "    print(exc)\n"
     )
-    result = subprocess.run([sys.executable, "-c", code, sqlite_url], capture_output=True, text=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code, sqlite_url], capture_output=True, text=True
+    )
     assert result.returncode == 0, result.stderr
-    assert "greenlet, aiosqlite" in result.stdout and "pip install 'chat-memory[asyncio]'" in result.stdout
+    assert (
+        "greenlet, aiosqlite" in result.stdout
+        and "pip install 'chat-memory[asyncio]'" in result.stdout
+    )
 
 
 def test_url_options_and_a_callers_engine(sqlite_url):
@@ -226,9 +259,13 @@ def test_url_options_and_a_callers_engine(sqlite_url):
 
 
 def test_a_postgres_that_is_down_is_a_storage_error_without_the_password():
-    store = open_async_store("postgresql://postgres:hunter2-secret@127.0.0.1:1/none?connect_timeout=2")
+    store = open_async_store(
+        "postgresql://postgres:hunter2-secret@127.0.0.1:1/none?connect_timeout=2"
+    )
     assert isinstance(store, AsyncSQLStore) and "hunter2" not in repr(store)
-    with pytest.raises(StorageError, match=r"AsyncSQLStore\.load failed: OperationalError") as raised:
+    with pytest.raises(
+        StorageError, match=r"AsyncSQLStore\.load failed: OperationalError"
+    ) as raised:
         asyncio.run(store.load("c"))
     assert isinstance(raised.value.__cause__, sa.exc.OperationalError)
     assert "hunter2" not in str(raised.value)
@@ -236,7 +273,9 @@ def test_a_postgres_that_is_down_is_a_storage_error_without_the_password():
 
 
 def test_a_lock_held_too_long_is_retried_then_a_concurrency_error(sqlite_url):
-    store = AsyncSQLStore.from_url(f"{sqlite_url}?timeout=0.01", retry=Backoff(attempts=3, base=0.001))
+    store = AsyncSQLStore.from_url(
+        f"{sqlite_url}?timeout=0.01", retry=Backoff(attempts=3, base=0.001)
+    )
     run_blocking(store.append("c", [Event.user("first", tokens=1)]))
     blocker = sa.create_engine(sqlite_url, isolation_level="AUTOCOMMIT")
     with blocker.connect() as connection:
@@ -247,7 +286,10 @@ def test_a_lock_held_too_long_is_retried_then_a_concurrency_error(sqlite_url):
         connection.exec_driver_sql("ROLLBACK")
     blocker.dispose()
     run_blocking(store.append("c", [Event.user("second", tokens=1)]))
-    assert [(e.seq, e.content) for e in run_blocking(store.history("c"))] == [(1, "first"), (2, "second")]
+    assert [(e.seq, e.content) for e in run_blocking(store.history("c"))] == [
+        (1, "first"),
+        (2, "second"),
+    ]
     run_blocking(store.aclose())
 
 

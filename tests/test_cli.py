@@ -26,9 +26,13 @@ def clean_env(home: Path) -> dict[str, str]:
     return env
 
 
-def cli(*args: str, env: dict[str, str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+def cli(
+    *args: str, env: dict[str, str], stdin: str | None = None
+) -> subprocess.CompletedProcess[str]:
     assert EXECUTABLE.exists(), f"{EXECUTABLE} is missing: pip install -e '.[dev]'"
-    return subprocess.run([str(EXECUTABLE), *args], env=env, input=stdin, capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [str(EXECUTABLE), *args], env=env, input=stdin, capture_output=True, text=True, timeout=120
+    )
 
 
 def seed(url: str, cid: str, turns: int) -> None:
@@ -70,26 +74,35 @@ def test_window_history_search_stats_on_the_demo_store(demo):
     assert window.returncode == 0, window.stderr
     assert f"Window of {DEMO_ID!r}: 9 events, 3 turns, 10 archived" in window.stdout
     rows = [line for line in window.stdout.splitlines() if line[:5].strip().isdigit()]
-    assert len(rows) == 9 and "tool_call" in window.stdout and "conversation_search" in window.stdout
+    assert (
+        len(rows) == 9 and "tool_call" in window.stdout and "conversation_search" in window.stdout
+    )
     total = sum(int(line.split()[2]) for line in rows)
     assert f"total tokens: {total}" in window.stdout and total > 0
 
     history = cli("history", "--url", url, "-c", DEMO_ID, env=env)
     assert history.returncode == 0, history.stderr
     assert "19 events, 10 archived" in history.stdout
-    assert "archived  user         First fact: our new service is code-named Bluefin." in history.stdout
+    assert (
+        "archived  user         First fact: our new service is code-named Bluefin."
+        in history.stdout
+    )
 
     search = cli("search", "BLUEFIN", "--url", url, "-c", DEMO_ID, env=env)
     assert search.returncode == 0, search.stderr
     first = search.stdout.splitlines()[1]
     assert first.startswith("- [#1 ") and "archived] First fact" in first
-    any_mode = cli("search", "teammate deadline", "--mode", "any", "--url", url, "-c", DEMO_ID, env=env)
+    any_mode = cli(
+        "search", "teammate deadline", "--mode", "any", "--url", url, "-c", DEMO_ID, env=env
+    )
     assert "Fourth fact" in any_mode.stdout and "Fifth fact" in any_mode.stdout
     past = cli("search", "bluefin", "--page", "5", "--url", url, "-c", DEMO_ID, env=env)
     assert "past the last page" in past.stdout
 
     stats = cli("stats", "-c", DEMO_ID, env=env)  # the embedded default store, no --url
-    assert "archived_events:       10" in stats.stdout and "turns:                 3" in stats.stdout
+    assert (
+        "archived_events:       10" in stats.stdout and "turns:                 3" in stats.stdout
+    )
     compact = cli("compact", "-c", DEMO_ID, "--template", "compacting-chat", env=env)
     assert compact.returncode == 0 and "turn_window: nothing to compact" in compact.stdout
 
@@ -99,7 +112,13 @@ def test_nodes_json_parses_and_holds_every_definition(tmp_path):
     assert result.returncode == 0, result.stderr
     definitions = json.loads(result.stdout)
     types = {d["type"] for d in definitions}
-    for name in ("chatMemory", "jdbcChatMemory", "redisChatMemory", "awsS3ChatMemory", "inMemoryChatMemory"):
+    for name in (
+        "chatMemory",
+        "jdbcChatMemory",
+        "redisChatMemory",
+        "awsS3ChatMemory",
+        "inMemoryChatMemory",
+    ):
         assert {f"{name}/v1", f"{name}/v2"} <= types
     for definition in definitions:
         Draft202012Validator.check_schema(definition["parameters"])
@@ -132,8 +151,6 @@ def test_templates_list_and_show(capsys):
     assert "compacting-chat" in capsys.readouterr().out
     assert main(["templates", "show", "compacting-chat"]) == 0
     assert json.loads(capsys.readouterr().out)["title"] == "Chat that compacts its history"
-
-
 
 
 @pytest.mark.parametrize(
@@ -176,7 +193,20 @@ def test_a_failing_store_exits_1(tmp_path, capsys):
 def test_help_everywhere(capsys):
     commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     assert set(commands) == {
-        *("demo", "chat", "list", "window", "history", "search", "compact", "stats", "clear", "nodes", "templates", "memory")
+        *(
+            "demo",
+            "chat",
+            "list",
+            "window",
+            "history",
+            "search",
+            "compact",
+            "stats",
+            "clear",
+            "nodes",
+            "templates",
+            "memory",
+        )
     }
     for argv in [["--help"], *([name, "--help"] for name in commands)]:
         with pytest.raises(SystemExit) as exit_info:
@@ -227,10 +257,18 @@ def test_chat_with_a_per_user_template_needs_user_and_names_it(tmp_path, capsys,
     err = capsys.readouterr().err
     assert "pass --user ID" in err and "memory_tool_1.namespace" in err and "userId" in err
     assert not (tmp_path / "chat.db").exists()  # refused before anything was made
-    assert main(["--url", url, "--template", "remembering-chat", "chat", "--user", " ", "-c", "c1"]) == 2
+    assert (
+        main(["--url", url, "--template", "remembering-chat", "chat", "--user", " ", "-c", "c1"])
+        == 2
+    )
     assert "--user (' ') must not be blank" in capsys.readouterr().err
 
-    assert main(["--url", url, "--template", "remembering-chat", "chat", "--user", "alice", "-c", "c1"]) == 0
+    assert (
+        main(
+            ["--url", url, "--template", "remembering-chat", "chat", "--user", "alice", "-c", "c1"]
+        )
+        == 0
+    )
     assert "user 'alice'" in capsys.readouterr().out
     assert "tea" in long_term_memory(url, "alice").read("/memories/preferences.md")
     assert long_term_memory(url, "bob").files() == []
@@ -242,7 +280,24 @@ def test_chat_with_a_per_user_template_needs_user_and_names_it(tmp_path, capsys,
 def test_search_pages_count_from_1_in_the_cli_and_from_0_in_the_api(tmp_path, capsys):
     url = f"sqlite:///{tmp_path}/s.db"
     seed(url, "c", 25)  # "question 0" … "question 24": 25 hits for "question"
-    assert main(["--url", url, "search", "question", "-c", "c", "--page", "2", "--page-size", "10", "--json"]) == 0
+    assert (
+        main(
+            [
+                "--url",
+                url,
+                "search",
+                "question",
+                "-c",
+                "c",
+                "--page",
+                "2",
+                "--page-size",
+                "10",
+                "--json",
+            ]
+        )
+        == 0
+    )
     shown = json.loads(capsys.readouterr().out)
     with open_store(url) as store:
         page = ChatMemory(store).search("c", "question", page=1, page_size=10)

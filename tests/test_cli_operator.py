@@ -73,15 +73,27 @@ def test_errors_and_logs_never_echo_a_password(monkeypatch, capsys):
 
     monkeypatch.setattr(cli_session, "open_store", failing)
     code, _, err = run(["--url", secret_url, "stats"], capsys)
-    assert code == 1 and "could not reach postgresql+psycopg://postgres:***@db:5432/app?sslpassword=*** (timeout)" in err
-    assert "retrying: postgresql+psycopg://postgres:***@db:5432/app?sslpassword=*** said no\n" in err
+    assert (
+        code == 1
+        and "could not reach postgresql+psycopg://postgres:***@db:5432/app?sslpassword=*** (timeout)"
+        in err
+    )
+    assert (
+        "retrying: postgresql+psycopg://postgres:***@db:5432/app?sslpassword=*** said no\n" in err
+    )
     assert "hunter2" not in err and "pem" not in err
 
 
 def test_a_missing_driver_names_the_extra_in_one_line(monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if chat-memory[postgres] were not installed
+    monkeypatch.setitem(
+        sys.modules, "psycopg", None
+    )  # as if chat-memory[postgres] were not installed
     code, _, err = run(["--url", "postgresql+psycopg://u:pw@127.0.0.1:1/db", "stats"], capsys)
-    assert code == 2 and "pip install 'chat-memory[postgres]'" in one_line_error(err) and ":pw@" not in err
+    assert (
+        code == 2
+        and "pip install 'chat-memory[postgres]'" in one_line_error(err)
+        and ":pw@" not in err
+    )
 
 
 # -- compact only with a chosen strategy -----------------------------------------------------
@@ -90,44 +102,99 @@ def test_a_missing_driver_names_the_extra_in_one_line(monkeypatch, capsys):
 def test_compact_without_a_chosen_strategy_is_refused_and_changes_nothing(url, capsys):
     code, _, err = run(["--url", url, "compact", "-c", "conv"], capsys)
     assert code == 2
-    assert "--strategy NAME" in one_line_error(err) and "--template NAME" in err and "turn_window" in err
+    assert (
+        "--strategy NAME" in one_line_error(err)
+        and "--template NAME" in err
+        and "turn_window" in err
+    )
     with open_store(url) as store:
         assert ChatMemory(store).stats("conv").archived_events == 0
 
 
 def test_compact_with_a_strategy_and_its_limits(url, capsys):
-    code, out, _ = run(["--url", url, "compact", "-c", "conv", "--strategy", "turn_window", "--max-turns", "2"], capsys)
+    code, out, _ = run(
+        ["--url", url, "compact", "-c", "conv", "--strategy", "turn_window", "--max-turns", "2"],
+        capsys,
+    )
     assert code == 0 and out == "turn_window: archived 6 events (through seq 6)\n"
-    code, out, _ = run(["--url", url, "compact", "-c", "conv", "--strategy", "sliding_window", "--max-events", "2"], capsys)
+    code, out, _ = run(
+        [
+            "--url",
+            url,
+            "compact",
+            "-c",
+            "conv",
+            "--strategy",
+            "sliding_window",
+            "--max-events",
+            "2",
+        ],
+        capsys,
+    )
     assert code == 0 and out.startswith("sliding_window: archived 2 events")
     with open_store(url) as store:
         assert ChatMemory(store).stats("conv").active_events == 2
 
 
 def test_compact_with_an_explicit_template(url, capsys):
-    code, out, _ = run(["--url", url, "--template", "compacting-chat", "compact", "-c", "conv"], capsys)
-    assert code == 0 and out.startswith("turn_window: archived 4 events")  # the template keeps 3 turns
+    code, out, _ = run(
+        ["--url", url, "--template", "compacting-chat", "compact", "-c", "conv"], capsys
+    )
+    assert code == 0 and out.startswith(
+        "turn_window: archived 4 events"
+    )  # the template keeps 3 turns
 
 
 @pytest.mark.parametrize(
     "flags, message",
     [
         (["--strategy", "turn_window"], "compact --strategy turn_window needs --max-turns N"),
-        (["--strategy", "recursive_summarization"], "needs --max-events N and --max-events-to-keep N"),
         (
-            ["--strategy", "recursive_summarization", "--max-events", "5", "--max-events-to-keep", "2"],
+            ["--strategy", "recursive_summarization"],
+            "needs --max-events N and --max-events-to-keep N",
+        ),
+        (
+            [
+                "--strategy",
+                "recursive_summarization",
+                "--max-events",
+                "5",
+                "--max-events-to-keep",
+                "2",
+            ],
             "needs --summarizer-model NAME",
         ),
-        (["--strategy", "turn_window", "--max-turns", "2", "--max-events", "3"], "--max-events does not apply to turn_window"),
-        (["--strategy", "none", "--max-turns", "2"], "--max-turns does not apply to none (it uses: no limits)"),
-        (["--strategy", "bogus"], "Compaction strategy ('bogus') must be one of 'none', 'sliding_window'"),
+        (
+            ["--strategy", "turn_window", "--max-turns", "2", "--max-events", "3"],
+            "--max-events does not apply to turn_window",
+        ),
+        (
+            ["--strategy", "none", "--max-turns", "2"],
+            "--max-turns does not apply to none (it uses: no limits)",
+        ),
+        (
+            ["--strategy", "bogus"],
+            "Compaction strategy ('bogus') must be one of 'none', 'sliding_window'",
+        ),
         (["--strategy", "turn_window", "--max-turns", "0"], "Max turns (0) must be greater than 0"),
         (
-            ["--strategy", "recursive_summarization", "--max-events", "5", "--max-events-to-keep", "10", "--summarizer-model", "m"],
+            [
+                "--strategy",
+                "recursive_summarization",
+                "--max-events",
+                "5",
+                "--max-events-to-keep",
+                "10",
+                "--summarizer-model",
+                "m",
+            ],
             "Max events (5) must be greater than max events to keep (10)",
         ),
         (["--max-turns", "2"], "--max-turns needs --strategy NAME"),
-        (["--strategy", "turn_window", "--max-turns", "2", "--template", "compacting-chat"], "not both"),
+        (
+            ["--strategy", "turn_window", "--max-turns", "2", "--template", "compacting-chat"],
+            "not both",
+        ),
     ],
 )
 def test_compact_flags_are_checked_before_anything_runs(url, flags, message, capsys):
@@ -141,21 +208,32 @@ def test_compact_flags_are_checked_before_anything_runs(url, flags, message, cap
 @pytest.mark.parametrize("data_home", ["a-file", "/proc/chat-memory-test"])
 def test_a_data_folder_that_cannot_be_made_is_one_line(tmp_path, data_home):
     (tmp_path / "a-file").write_text("not a folder")
-    env = {**clean_env(tmp_path), "XDG_DATA_HOME": str(tmp_path / data_home)}  # absolute paths stay as given
+    env = {
+        **clean_env(tmp_path),
+        "XDG_DATA_HOME": str(tmp_path / data_home),
+    }  # absolute paths stay as given
     result = cli("demo", env=env)
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert "the data folder" in one_line_error(result.stderr) and "cannot be created" in result.stderr
+    assert (
+        "the data folder" in one_line_error(result.stderr) and "cannot be created" in result.stderr
+    )
     assert "XDG_DATA_HOME or CHAT_MEMORY_URL" in result.stderr
 
 
 @pytest.mark.parametrize("argv", [["nodes", "--json"], ["history", "-c", "conv"]])
 def test_output_closed_early_exits_quietly(tmp_path, url, argv):
     read_end, write_end = os.pipe()
-    os.close(read_end)  # closed before the command writes anything: every write fails, deterministically
+    os.close(
+        read_end
+    )  # closed before the command writes anything: every write fails, deterministically
     try:
         result = subprocess.run(
-            [str(EXECUTABLE), "--url", url, *argv], env=clean_env(tmp_path), stdout=write_end, stderr=subprocess.PIPE,
-            text=True, timeout=120,
+            [str(EXECUTABLE), "--url", url, *argv],
+            env=clean_env(tmp_path),
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=120,
         )
     finally:
         os.close(write_end)
@@ -168,7 +246,11 @@ def test_output_closed_early_exits_quietly(tmp_path, url, argv):
 @pytest.mark.parametrize(
     "argv",
     [
-        ["window"], ["history"], ["search", "x"], ["stats"], ["clear", "--yes"],
+        ["window"],
+        ["history"],
+        ["search", "x"],
+        ["stats"],
+        ["clear", "--yes"],
         ["compact", "--strategy", "turn_window", "--max-turns", "1"],
     ],
 )
@@ -178,7 +260,9 @@ def test_an_unknown_conversation_is_named(url, argv, capsys):
     assert "unknown conversation 'convv'" in one_line_error(err) and "see: chat-memory list" in err
 
 
-@pytest.mark.parametrize("argv", [["window"], ["stats", "--json"], ["search", "x"], ["list"], ["clear", "--yes"]])
+@pytest.mark.parametrize(
+    "argv", [["window"], ["stats", "--json"], ["search", "x"], ["list"], ["clear", "--yes"]]
+)
 def test_read_commands_create_no_files_or_folders(tmp_path, argv, capsys, monkeypatch):
     monkeypatch.delenv("CHAT_MEMORY_URL", raising=False)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
@@ -201,11 +285,22 @@ def test_list_is_sorted_and_paged(tmp_path, capsys):
     for cid in ["b", "a", "c 3", "d"]:
         seed(url, cid, turns=1)
     code, out, _ = run(["--url", url, "list", "--page-size", "3"], capsys)
-    assert code == 0 and out.splitlines()[1:] == ["a", "b", "c 3", "(page 1: 1-3 of 4)", "more: chat-memory list --page 2"]
+    assert code == 0 and out.splitlines()[1:] == [
+        "a",
+        "b",
+        "c 3",
+        "(page 1: 1-3 of 4)",
+        "more: chat-memory list --page 2",
+    ]
     assert out.splitlines()[0] == f"Conversations in {url}: 4 in all"
     code, out, _ = run(["--url", url, "list", "--page-size", "3", "--page", "2", "--json"], capsys)
     assert json.loads(out) == {
-        "store": url, "total": 4, "page": 2, "page_size": 3, "has_more": False, "conversations": ["d"],
+        "store": url,
+        "total": 4,
+        "page": 2,
+        "page_size": 3,
+        "has_more": False,
+        "conversations": ["d"],
     }
     code, out, _ = run(["--url", url, "list", "--page", "9"], capsys)
     assert code == 0 and "page 9 is past the last page, page 1" in out
@@ -218,7 +313,11 @@ def test_clear_asks_or_needs_yes(url, capsys, monkeypatch):
     assert code == 2 and "clear -c ID" in one_line_error(err)
     monkeypatch.setattr(sys, "stdin", io.StringIO(""))  # not a terminal
     code, _, err = run(["--url", url, "clear", "-c", "conv"], capsys)
-    assert code == 2 and "pass --yes" in one_line_error(err) and "10 active and 0 archived events" in err
+    assert (
+        code == 2
+        and "pass --yes" in one_line_error(err)
+        and "10 active and 0 archived events" in err
+    )
 
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
@@ -243,35 +342,86 @@ def test_clear_asks_or_needs_yes(url, capsys, monkeypatch):
 def test_json_output_of_the_read_commands(url, capsys):
     with open_store(url) as store:
         ChatMemory(store).add("conv", Event.tool_call("get_order", {"id": 4512}, call_id="c1"))
-    run(["--url", url, "compact", "-c", "conv", "--strategy", "turn_window", "--max-turns", "2"], capsys)
+    run(
+        ["--url", url, "compact", "-c", "conv", "--strategy", "turn_window", "--max-turns", "2"],
+        capsys,
+    )
 
     window = json.loads(run(["--url", url, "window", "-c", "conv", "--json"], capsys)[1])
     assert set(window) == {"conversation", "turns", "archived_events", "total_tokens", "events"}
-    assert window["conversation"] == "conv" and window["turns"] == 2 and window["archived_events"] == 6
+    assert (
+        window["conversation"] == "conv" and window["turns"] == 2 and window["archived_events"] == 6
+    )
     assert [e["seq"] for e in window["events"]] == [7, 8, 9, 10, 11]
     assert window["total_tokens"] == sum(e["tokens"] for e in window["events"]) > 0
     call = window["events"][-1]
-    assert call["type"] == "tool_call" and call["tool_name"] == "get_order" and call["arguments"] == {"id": 4512}
+    assert (
+        call["type"] == "tool_call"
+        and call["tool_name"] == "get_order"
+        and call["arguments"] == {"id": 4512}
+    )
     assert call["tool_call_id"] == "c1" and call["state"] == "active"
 
     history = json.loads(run(["--url", url, "history", "-c", "conv", "--json"], capsys)[1])
     assert history["archived_events"] == 6 and len(history["events"]) == 11
     assert history["events"][0] | {"id": None, "created_at": None, "tokens": None} == {
-        "seq": 1, "id": None, "type": "user", "state": "archived", "content": "question 0", "text": "question 0",
-        "tool_call_id": None, "tool_name": None, "arguments": None, "is_error": False, "created_at": None,
-        "tokens": None, "metadata": {},
+        "seq": 1,
+        "id": None,
+        "type": "user",
+        "state": "archived",
+        "content": "question 0",
+        "text": "question 0",
+        "tool_call_id": None,
+        "tool_name": None,
+        "arguments": None,
+        "is_error": False,
+        "created_at": None,
+        "tokens": None,
+        "metadata": {},
     }
 
-    found = json.loads(run(["--url", url, "search", "ANSWER", "-c", "conv", "--json", "--page-size", "2", "--page", "2"], capsys)[1])
+    found = json.loads(
+        run(
+            [
+                "--url",
+                url,
+                "search",
+                "ANSWER",
+                "-c",
+                "conv",
+                "--json",
+                "--page-size",
+                "2",
+                "--page",
+                "2",
+            ],
+            capsys,
+        )[1]
+    )
     assert {k: v for k, v in found.items() if k != "hits"} == {
-        "conversation": "conv", "keyword": "ANSWER", "match_mode": "phrase", "page": 2, "page_size": 2,
-        "total": 5, "has_more": True,
+        "conversation": "conv",
+        "keyword": "ANSWER",
+        "match_mode": "phrase",
+        "page": 2,
+        "page_size": 2,
+        "total": 5,
+        "has_more": True,
     }
-    assert [(h["seq"], h["archived"], h["content"]) for h in found["hits"]] == [(6, True, "answer 2"), (8, False, "answer 3")]
+    assert [(h["seq"], h["archived"], h["content"]) for h in found["hits"]] == [
+        (6, True, "answer 2"),
+        (8, False, "answer 3"),
+    ]
 
     stats = json.loads(run(["--url", url, "stats", "-c", "conv", "--json"], capsys)[1])
     assert stats["store"] == url and stats["active_events"] == 5 and stats["archived_events"] == 6
     assert set(stats) == {
-        "conversation", "store", "active_events", "archived_events", "archived_summaries", "turns", "window_tokens", "version",
+        "conversation",
+        "store",
+        "active_events",
+        "archived_events",
+        "archived_summaries",
+        "turns",
+        "window_tokens",
+        "version",
         "last_compaction_error",
     }

@@ -25,7 +25,11 @@ from chat_memory.host.cli_text import json_text, terminal_text
 from chat_memory.longterm import long_term_memory
 
 # what a hostile user, model or tool may have written
-CLEAR, TITLE, LINK = "\x1b[2J\x1b[H", "\x1b]0;pwned\x07", "\x1b]8;;http://evil.example\x1b\\click\x1b]8;;\x1b\\"
+CLEAR, TITLE, LINK = (
+    "\x1b[2J\x1b[H",
+    "\x1b]0;pwned\x07",
+    "\x1b]8;;http://evil.example\x1b\\click\x1b]8;;\x1b\\",
+)
 HOSTILE = f"look{CLEAR}{TITLE}{LINK}\x1b[31mred\x9b31m c1 \u202eexe.txt\u2066iso\u2069 del\x7f cr\rover bell\x07"
 # what must never reach a terminal: C0 but tab and newline, DEL, C1, bidi overrides and isolates
 UNSAFE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
@@ -41,10 +45,18 @@ def url(tmp_path) -> Iterator[str]:
     with open_store(url) as store:
         memory = ChatMemory(store)
         memory.add(CID, [Event.user(f"question {HOSTILE}"), Event.assistant(f"answer {HOSTILE}")])
-        memory.add(CID, [Event.tool_call(f"tool{TITLE}", {"q": HOSTILE}, call_id="c1"), Event.tool_result("c1", HOSTILE)])
+        memory.add(
+            CID,
+            [
+                Event.tool_call(f"tool{TITLE}", {"q": HOSTILE}, call_id="c1"),
+                Event.tool_result("c1", HOSTILE),
+            ],
+        )
         memory.add(CID, [Event.user("next"), Event.assistant(HOSTILE)])
         store.record_compaction_error(CID, f"summarizer said {HOSTILE}")
-        long_term_memory(store, NAMESPACE).create("/memories/notes.md", f"line one\n{HOSTILE}\nline three\n")
+        long_term_memory(store, NAMESPACE).create(
+            "/memories/notes.md", f"line one\n{HOSTILE}\nline three\n"
+        )
     yield url
 
 
@@ -87,13 +99,17 @@ def test_the_escapes_are_visible(url, capsys, command):
 
 
 def test_memory_show_keeps_the_file_lines(url, capsys):
-    _, out, _ = run(["--url", url, "memory", "show", "/memories/notes.md", "--namespace", NAMESPACE], capsys)
+    _, out, _ = run(
+        ["--url", url, "memory", "show", "/memories/notes.md", "--namespace", NAMESPACE], capsys
+    )
     assert out.startswith("line one\nlook\\x1b[2J") and out.endswith("bell\\x07\nline three\n")
 
 
 def test_chat_prints_the_model_reply_escaped(tmp_path, capsys):
     url = f"sqlite:///{tmp_path / 'chat.db'}"
-    code, out, err = run(["--url", url, "chat", "-c", "talk", "--scripted"], capsys, stdin=f"hi {HOSTILE}\n/quit\n")
+    code, out, err = run(
+        ["--url", url, "chat", "-c", "talk", "--scripted"], capsys, stdin=f"hi {HOSTILE}\n/quit\n"
+    )
     assert code == 0 and not UNSAFE.search(out + err), repr(out)
 
 
@@ -102,12 +118,16 @@ def test_errors_print_escaped(url, capsys):
     assert code == 1 and "nobody" in err and not UNSAFE.search(out + err)
 
 
-@pytest.mark.parametrize("command", [["window", "-c", CID], ["history", "-c", CID], ["search", "look", "-c", CID]])
+@pytest.mark.parametrize(
+    "command", [["window", "-c", CID], ["history", "-c", CID], ["search", "look", "-c", CID]]
+)
 def test_json_output_is_valid_json_of_the_stored_text_with_no_raw_controls(url, capsys, command):
     code, out, _ = run(["--url", url, *command, "--json"], capsys)
     assert code == 0 and not UNSAFE.search(out)
     data = json.loads(out)
-    texts = [e["content"] for e in data.get("events", [])] + [h["content"] for h in data.get("hits", [])]
+    texts = [e["content"] for e in data.get("events", [])] + [
+        h["content"] for h in data.get("hits", [])
+    ]
     assert any(HOSTILE in str(text) for text in texts)
 
 
@@ -139,7 +159,9 @@ def umask_022() -> Iterator[None]:
     os.umask(previous)
 
 
-def test_the_default_sqlite_file_and_folder_are_owner_only(tmp_path, monkeypatch, capsys, umask_022):
+def test_the_default_sqlite_file_and_folder_are_owner_only(
+    tmp_path, monkeypatch, capsys, umask_022
+):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
     monkeypatch.delenv("CHAT_MEMORY_URL", raising=False)
     code, _, err = run(["chat", "-c", "c", "--scripted"], capsys, stdin="hello\n/quit\n")
@@ -154,7 +176,9 @@ def test_the_default_sqlite_file_and_folder_are_owner_only(tmp_path, monkeypatch
         assert [mode(p) for p in companions] == [0o600, 0o600]
 
 
-def test_the_default_file_is_owner_only_when_the_library_creates_it(tmp_path, monkeypatch, umask_022):
+def test_the_default_file_is_owner_only_when_the_library_creates_it(
+    tmp_path, monkeypatch, umask_022
+):
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("CHAT_MEMORY_URL", raising=False)
     with open_store() as store:

@@ -17,8 +17,8 @@ from chat_memory.components import (
     parse_type,
 )
 from chat_memory.config import FIELD_LABELS
-from chat_memory.strategies import strategy_names
 from chat_memory.host import default_registry
+from chat_memory.strategies import strategy_names
 
 REGISTRY = default_registry()
 V2_MEMORY = [REGISTRY.get(f"{name}/v2") for name in MEMORY_NODE_NAMES]
@@ -88,14 +88,19 @@ def test_every_definition_is_a_valid_json_schema_2020_12(definition):
             assert isinstance(values, list) and values
             target = schema["properties"][key]
             for value in values:
-                Draft202012Validator({k: v for k, v in target.items() if k != "x-ui"}).validate(value)
+                Draft202012Validator({k: v for k, v in target.items() if k != "x-ui"}).validate(
+                    value
+                )
 
 
 def test_five_v2_memory_nodes_share_the_memory_fields_and_differ_in_connection():
     assert [d.name for d in V2_MEMORY] == list(MEMORY_NODE_NAMES)
     for definition in V2_MEMORY:
         names = {f.name for f in definition.fields}
-        assert names - CONNECTION[definition.name] == MEMORY_FIELD_NAMES | {"conversationId", "summarizerModel"}
+        assert names - CONNECTION[definition.name] == MEMORY_FIELD_NAMES | {
+            "conversationId",
+            "summarizerModel",
+        }
         assert names & CONNECTION[definition.name] == CONNECTION[definition.name]
         assert definition.version == 2 and definition.kind == "memory"
         assert definition.slot("summarizerModel") is not None
@@ -117,16 +122,32 @@ def test_labels_and_defaults_come_from_memory_config():
 def test_show_if_shows_each_strategy_only_the_fields_it_needs(definition, strategy):
     visible = set(definition.visible_fields({"compactionStrategy": strategy}))
     assert visible - CONNECTION[definition.name] == ALWAYS | SHOWN[strategy]
-    with_search = set(definition.visible_fields({"compactionStrategy": strategy, "enableConversationSearchTool": True}))
+    with_search = set(
+        definition.visible_fields(
+            {"compactionStrategy": strategy, "enableConversationSearchTool": True}
+        )
+    )
     assert with_search - visible == {"searchPageSize"}
-    compressing = set(definition.visible_fields({"compactionStrategy": strategy, "compressToolResults": True}))
+    compressing = set(
+        definition.visible_fields({"compactionStrategy": strategy, "compressToolResults": True})
+    )
     assert compressing - visible == {"minToolResultCompressTokens", "keepRecentToolResults"}
 
 
 GOOD = [
     {"conversationId": "c1"},
-    {"conversationId": "c1", "compactionStrategy": "turn_window", "maxTurns": 3, "enableConversationSearchTool": True},
-    {"conversationId": "c1", "compactionStrategy": "token_count", "maxTokens": 2000, "maxArchivedEvents": None},
+    {
+        "conversationId": "c1",
+        "compactionStrategy": "turn_window",
+        "maxTurns": 3,
+        "enableConversationSearchTool": True,
+    },
+    {
+        "conversationId": "c1",
+        "compactionStrategy": "token_count",
+        "maxTokens": 2000,
+        "maxArchivedEvents": None,
+    },
     {
         "conversationId": "c1",
         "compactionStrategy": "recursive_summarization",
@@ -213,9 +234,12 @@ def test_messages_name_the_field_label_and_the_value():
         )
     with pytest.raises(ConfigurationError, match=r"Database URL \(None\) is required"):
         memory_settings(REGISTRY.get("jdbcChatMemory/v2"), {"conversationId": "c"})
-    with pytest.raises(ConfigurationError, match=r"Time to live \(seconds\) \(0\) must be at least 1"):
+    with pytest.raises(
+        ConfigurationError, match=r"Time to live \(seconds\) \(0\) must be at least 1"
+    ):
         memory_settings(
-            REGISTRY.get("redisChatMemory/v2"), {"conversationId": "c", "url": "redis://x", "ttlSeconds": 0}
+            REGISTRY.get("redisChatMemory/v2"),
+            {"conversationId": "c", "url": "redis://x", "ttlSeconds": 0},
         )
     with pytest.raises(ConfigurationError, match=r"Unknown field 'maxTurnz' \(value 3\)"):
         memory_settings(REGISTRY.get("chatMemory/v2"), {"conversationId": "c", "maxTurnz": 3})
@@ -227,14 +251,16 @@ def test_recursive_summarization_without_a_summarizer_model_is_refused():
     with pytest.raises(ConfigurationError, match=r"Summarizer model \(None\) must be configured"):
         memory_settings(definition, params)
     assert (
-        memory_settings(definition, params, summarizer_model="claude-haiku-5-5").summarizer_model == "claude-haiku-5-5"
+        memory_settings(definition, params, summarizer_model="claude-haiku-5-5").summarizer_model
+        == "claude-haiku-5-5"
     )
     assert memory_settings(definition, {**params, "summarizerModel": "m"}).summarizer_model == "m"
 
 
 def test_expressions_are_left_for_run_time():
     settings = memory_settings(
-        REGISTRY.get("chatMemory/v2"), {"conversationId": "${chat_1.conversationId}", "maxTurns": "${chat_1.turns}"}
+        REGISTRY.get("chatMemory/v2"),
+        {"conversationId": "${chat_1.conversationId}", "maxTurns": "${chat_1.turns}"},
     )
     assert settings.conversation_id is None
     assert settings.config == MemoryConfig()
@@ -242,7 +268,9 @@ def test_expressions_are_left_for_run_time():
 
 def test_connection_fields_become_store_targets():
     def target(name, params):
-        return memory_settings(REGISTRY.get(f"{name}/v2"), {"conversationId": "c", **params}).store_target()
+        return memory_settings(
+            REGISTRY.get(f"{name}/v2"), {"conversationId": "c", **params}
+        ).store_target()
 
     assert target("chatMemory", {}) == (None, {})
     assert target("inMemoryChatMemory", {}) == ("memory://", {})
@@ -256,7 +284,12 @@ def test_connection_fields_become_store_targets():
     )
     assert target(
         "awsS3ChatMemory",
-        {"bucket": "bkt", "prefix": "a b/", "region": "us-east-1", "endpointUrl": "http://127.0.0.1:9000"},
+        {
+            "bucket": "bkt",
+            "prefix": "a b/",
+            "region": "us-east-1",
+            "endpointUrl": "http://127.0.0.1:9000",
+        },
     ) == ("s3://bkt/a%20b?region=us-east-1&endpoint_url=http%3A%2F%2F127.0.0.1%3A9000", {})
 
 
@@ -277,7 +310,8 @@ def test_registry_keeps_version_1_and_version_2():
 
 def test_registry_errors_name_what_exists():
     with pytest.raises(
-        ConfigurationError, match=r"chatMemory/v3.*has no version 3; registered: chatMemory/v1, chatMemory/v2"
+        ConfigurationError,
+        match=r"chatMemory/v3.*has no version 3; registered: chatMemory/v1, chatMemory/v2",
     ):
         REGISTRY.get("chatMemory/v3")
     with pytest.raises(ConfigurationError, match=r"unknown node type 'postgresChatMemory/v2'"):

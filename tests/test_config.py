@@ -6,6 +6,7 @@ import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pydantic
 import pytest
 
 from chat_memory import ChatMemory, ConfigurationError, MemoryConfig, open_store
@@ -14,14 +15,34 @@ from chat_memory import ChatMemory, ConfigurationError, MemoryConfig, open_store
 def test_defaults_match_the_design():
     c = MemoryConfig()
     assert c.compaction_strategy == "none"
-    assert (c.max_events, c.max_turns, c.max_tokens, c.max_events_to_keep, c.overlap_size) == (20, 10, 4000, 10, 2)
-    assert (c.enable_conversation_search_tool, c.search_page_size, c.max_archived_events) == (False, 10, None)
+    assert (c.max_events, c.max_turns, c.max_tokens, c.max_events_to_keep, c.overlap_size) == (
+        20,
+        10,
+        4000,
+        10,
+        2,
+    )
+    assert (c.enable_conversation_search_tool, c.search_page_size, c.max_archived_events) == (
+        False,
+        10,
+        None,
+    )
     assert c.summary_placement.value == "user_message"
 
 
 def test_camel_case_names_are_accepted():
-    c = MemoryConfig(compactionStrategy="turn_window", maxTurns=3, enableConversationSearchTool=True, searchPageSize=5)
-    assert c == MemoryConfig(compaction_strategy="turn_window", max_turns=3, enable_conversation_search_tool=True, search_page_size=5)
+    c = MemoryConfig(
+        compactionStrategy="turn_window",
+        maxTurns=3,
+        enableConversationSearchTool=True,
+        searchPageSize=5,
+    )
+    assert c == MemoryConfig(
+        compaction_strategy="turn_window",
+        max_turns=3,
+        enable_conversation_search_tool=True,
+        search_page_size=5,
+    )
     assert MemoryConfig.from_mapping({"maxTokens": "500", "maxEvents": None}).max_tokens == 500
 
 
@@ -44,10 +65,22 @@ def test_every_limit_must_be_positive(field, label, value):
 
 def test_summarization_limits_are_checked_together():
     with pytest.raises(ConfigurationError) as info:
-        MemoryConfig(compaction_strategy="recursive_summarization", max_events=5, max_events_to_keep=10)
-    assert str(info.value) == "Max events (5) must be greater than max events to keep (10) for recursive summarization"
-    with pytest.raises(ConfigurationError, match=r"Overlap size \(4\) must be less than max events to keep \(4\)"):
-        MemoryConfig(compaction_strategy="recursive_summarization", max_events=8, max_events_to_keep=4, overlap_size=4)
+        MemoryConfig(
+            compaction_strategy="recursive_summarization", max_events=5, max_events_to_keep=10
+        )
+    assert (
+        str(info.value)
+        == "Max events (5) must be greater than max events to keep (10) for recursive summarization"
+    )
+    with pytest.raises(
+        ConfigurationError, match=r"Overlap size \(4\) must be less than max events to keep \(4\)"
+    ):
+        MemoryConfig(
+            compaction_strategy="recursive_summarization",
+            max_events=8,
+            max_events_to_keep=4,
+            overlap_size=4,
+        )
     with pytest.raises(ConfigurationError, match=r"Overlap size \(-1\) must be at least 0"):
         MemoryConfig(overlap_size=-1)
     # the same numbers are fine for a strategy that does not use them
@@ -80,12 +113,14 @@ def test_summarization_without_a_summarizer_is_refused_when_built():
 
 def test_config_is_immutable():
     c = MemoryConfig()
-    with pytest.raises(Exception):
+    with pytest.raises(pydantic.ValidationError, match="frozen"):
         c.max_turns = 0  # type: ignore[misc]
 
 
 def test_a_limit_the_strategy_ignores_warns_naming_it_and_the_strategy_to_use(recwarn):
-    config = ChatMemory(open_store("memory://"), {"max_turns": 20}).config  # docs/async.md's old example
+    config = ChatMemory(
+        open_store("memory://"), {"max_turns": 20}
+    ).config  # docs/async.md's old example
     assert config.max_turns == 20 and config.compaction_strategy == "none"  # kept, not refused
     [warning] = [w for w in recwarn if issubclass(w.category, UserWarning)]
     assert str(warning.message) == (
@@ -99,10 +134,21 @@ def test_a_limit_the_strategy_ignores_warns_naming_it_and_the_strategy_to_use(re
     [
         ({"max_events": 5, "compact_to_ratio": 0.3}, ["max_events (5)", "compact_to_ratio (0.3)"]),
         ({"compaction_strategy": "turn_window", "max_tokens": 900}, ["max_tokens (900)"]),
-        ({"compactionStrategy": "auto_compact", "maxTurns": 4, "compactToRatio": 0.25}, ["max_turns (4)", "compact_to_ratio (0.25)"]),
+        (
+            {"compactionStrategy": "auto_compact", "maxTurns": 4, "compactToRatio": 0.25},
+            ["max_turns (4)", "compact_to_ratio (0.25)"],
+        ),
         ({"compaction_strategy": "token_count", "max_tokens": 900, "compact_to_ratio": 0.25}, []),
         # a canvas node fills in every default: equal to the default, nothing to say
-        ({"compaction_strategy": "turn_window", "max_turns": 3, "max_events": 20, "max_tokens": 4000}, []),
+        (
+            {
+                "compaction_strategy": "turn_window",
+                "max_turns": 3,
+                "max_events": 20,
+                "max_tokens": 4000,
+            },
+            [],
+        ),
         # read by the engine whatever the strategy: never ignored
         ({"context_window_tokens": 1000, "summary_placement": "system_prompt"}, []),
     ],
@@ -116,7 +162,9 @@ def test_ignored_settings_lists_each_explicit_limit_the_strategy_does_not_read(s
 
 
 def test_the_readers_of_a_setting_are_named_when_several_strategies_read_it():
-    with pytest.warns(UserWarning, match="one that reads it: 'sliding_window' or 'recursive_summarization'$"):
+    with pytest.warns(
+        UserWarning, match="one that reads it: 'sliding_window' or 'recursive_summarization'$"
+    ):
         MemoryConfig(max_events=5)
 
 
@@ -125,8 +173,14 @@ def test_the_cli_compact_config_warns_about_nothing():
 
     from chat_memory.host.cli_session import LIMIT_FLAGS, chosen_config
 
-    for strategy, limits in [("none", {}), ("turn_window", {"max_turns": 3}), ("token_count", {"max_tokens": 900})]:
-        args = Namespace(strategy=strategy, template=None, summarizer_model=None, **dict.fromkeys(LIMIT_FLAGS))
+    for strategy, limits in [
+        ("none", {}),
+        ("turn_window", {"max_turns": 3}),
+        ("token_count", {"max_tokens": 900}),
+    ]:
+        args = Namespace(
+            strategy=strategy, template=None, summarizer_model=None, **dict.fromkeys(LIMIT_FLAGS)
+        )
         for name, value in limits.items():
             setattr(args, name, value)
         with _no_user_warning():

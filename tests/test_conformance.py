@@ -6,18 +6,40 @@ import threading
 
 import pytest
 
-from chat_memory import ChatMemory, Event, EventType, InvalidEventError, InvalidInputError, MemoryConfig, SearchError
+from chat_memory import (
+    ChatMemory,
+    Event,
+    EventType,
+    InvalidEventError,
+    InvalidInputError,
+    MemoryConfig,
+    SearchError,
+)
 from chat_memory.backends.base import CompactionPlan, Store
 from chat_memory.events import split_turns
 from chat_memory.search import SearchQuery
 from tests.helpers import fixed_tokens, seqs, turn
 
-HOSTILE_IDS = ["../etc/passwd", "*", "%", "_", "{tag}", "a}b{c", "quote'\"", "ключ-🗝", "a:b:c", " ", "x" * 300]
+HOSTILE_IDS = [
+    "../etc/passwd",
+    "*",
+    "%",
+    "_",
+    "{tag}",
+    "a}b{c",
+    "quote'\"",
+    "ключ-🗝",
+    "a:b:c",
+    " ",
+    "x" * 300,
+]
 
 
 def memory(store: Store, **config) -> ChatMemory:
     # these check the stores, with exact window sizes: compact to the limit itself
-    return ChatMemory(store, MemoryConfig(**{"compact_to_ratio": 1.0, **config}), token_counter=fixed_tokens)
+    return ChatMemory(
+        store, MemoryConfig(**{"compact_to_ratio": 1.0, **config}), token_counter=fixed_tokens
+    )
 
 
 def test_append_assigns_gap_free_seq_and_keeps_order(store):
@@ -31,13 +53,20 @@ def test_append_assigns_gap_free_seq_and_keeps_order(store):
 
 def test_stored_fields_round_trip(store):
     m = memory(store)
-    call = Event.tool_call("get_order", {"id": 4512, "nested": {"a": [1, "ü"]}}, call_id="c1", metadata={"k": "v"})
+    call = Event.tool_call(
+        "get_order", {"id": 4512, "nested": {"a": [1, "ü"]}}, call_id="c1", metadata={"k": "v"}
+    )
     result = Event.tool_result("c1", '{"status": "shipped"}', name="get_order", is_error=True)
     m.add("c", [Event.user("where is my order?"), call, result])
     stored = m.history("c")
-    assert stored[1].tool_name == "get_order" and stored[1].arguments == {"id": 4512, "nested": {"a": [1, "ü"]}}
+    assert stored[1].tool_name == "get_order" and stored[1].arguments == {
+        "id": 4512,
+        "nested": {"a": [1, "ü"]},
+    }
     assert stored[1].tool_call_id == "c1" and stored[1].metadata == {"k": "v"}
-    assert stored[2].is_error and stored[2].tool_name == "get_order" and stored[2].tool_call_id == "c1"
+    assert (
+        stored[2].is_error and stored[2].tool_name == "get_order" and stored[2].tool_call_id == "c1"
+    )
     assert stored[1].created_at == call.created_at and stored[1].created_at.tzinfo is not None
     assert all(e.tokens and e.tokens > 0 for e in stored)
     assert stored[1].id == call.id
@@ -58,7 +87,12 @@ def test_system_events_are_pinned_and_never_archived(store):
 def test_window_is_pinned_then_summary_then_active(store):
     m = ChatMemory(
         store,
-        MemoryConfig(compaction_strategy="recursive_summarization", max_events=4, max_events_to_keep=2, overlap_size=1),
+        MemoryConfig(
+            compaction_strategy="recursive_summarization",
+            max_events=4,
+            max_events_to_keep=2,
+            overlap_size=1,
+        ),
         summarizer=lambda previous, events, upcoming: f"{previous or ''}+{len(events)}",
         token_counter=fixed_tokens,
     )
@@ -120,7 +154,11 @@ def test_recursive_summarization_replaces_the_summary_and_sees_overlap(store):
     m = ChatMemory(
         store,
         MemoryConfig(
-            compaction_strategy="recursive_summarization", max_events=6, max_events_to_keep=4, overlap_size=1, compact_to_ratio=1.0
+            compaction_strategy="recursive_summarization",
+            max_events=6,
+            max_events_to_keep=4,
+            overlap_size=1,
+            compact_to_ratio=1.0,
         ),
         summarizer=summarize,
         token_counter=fixed_tokens,
@@ -150,7 +188,12 @@ def test_summarizer_outage_loses_nothing_and_is_retried(store):
 
     m = ChatMemory(
         store,
-        MemoryConfig(compaction_strategy="recursive_summarization", max_events=4, max_events_to_keep=2, overlap_size=0),
+        MemoryConfig(
+            compaction_strategy="recursive_summarization",
+            max_events=4,
+            max_events_to_keep=2,
+            overlap_size=0,
+        ),
         summarizer=summarize,
         token_counter=fixed_tokens,
     )
@@ -163,14 +206,24 @@ def test_summarizer_outage_loses_nothing_and_is_retried(store):
     m.add("c", turn("q4"))
     stats = m.stats("c")
     # five turns: the newest two (4 events, within max_events) stay, the other six are archived
-    assert stats.last_compaction_error is None and (stats.archived_events, stats.active_events) == (6, 4)
-    assert [e.content for e in m.history("c") if e.type is EventType.USER] == [f"q{i}" for i in range(5)]
+    assert stats.last_compaction_error is None and (stats.archived_events, stats.active_events) == (
+        6,
+        4,
+    )
+    assert [e.content for e in m.history("c") if e.type is EventType.USER] == [
+        f"q{i}" for i in range(5)
+    ]
 
 
 def test_empty_summary_is_a_failure_not_a_loss(store):
     m = ChatMemory(
         store,
-        MemoryConfig(compaction_strategy="recursive_summarization", max_events=4, max_events_to_keep=2, overlap_size=0),
+        MemoryConfig(
+            compaction_strategy="recursive_summarization",
+            max_events=4,
+            max_events_to_keep=2,
+            overlap_size=0,
+        ),
         summarizer=lambda p, e, u: "   ",
         token_counter=fixed_tokens,
     )
@@ -240,7 +293,11 @@ def test_search_is_literal_case_insensitive_and_paged(store):
     assert m.search("c", "a%b").total == 0
     first = m.search("c", "BLUEFIN")
     assert first.total == 14 and len(first.hits) == 3 and first.has_more
-    assert [h.content for h in first.hits] == ["Bluefin note 0", "reply to Bluefin note 0", "Bluefin note 1"]
+    assert [h.content for h in first.hits] == [
+        "Bluefin note 0",
+        "reply to Bluefin note 0",
+        "Bluefin note 1",
+    ]
     pages = [m.search("c", "bluefin", page=p) for p in range(5)]
     assert [len(p.hits) for p in pages] == [3, 3, 3, 3, 2]
     assert not pages[4].has_more and pages[3].has_more
@@ -251,7 +308,13 @@ def test_search_is_literal_case_insensitive_and_paged(store):
 
 def test_search_covers_tool_calls_and_results_and_match_modes(store):
     m = memory(store)
-    m.add("c", [Event.user("find my order"), Event.tool_call("get_order", {"order_id": "A-4512"}, call_id="k")])
+    m.add(
+        "c",
+        [
+            Event.user("find my order"),
+            Event.tool_call("get_order", {"order_id": "A-4512"}, call_id="k"),
+        ],
+    )
     m.add("c", [Event.tool_result("k", "Status: SHIPPED via DHL"), Event.assistant("It shipped.")])
     m.add("c", Event.system("secret system words"))
     assert [h.type for h in m.search("c", "get_order").hits] == ["tool_call"]
@@ -333,7 +396,11 @@ def test_tool_result_may_follow_its_call_in_a_later_add(store):
     m = memory(store)
     m.add("c", [Event.user("x"), Event.tool_call("t", {}, call_id="k1")])
     m.add("c", Event.tool_result("k1", "done"))
-    assert [e.type for e in m.window("c")] == [EventType.USER, EventType.TOOL_CALL, EventType.TOOL_RESULT]
+    assert [e.type for e in m.window("c")] == [
+        EventType.USER,
+        EventType.TOOL_CALL,
+        EventType.TOOL_RESULT,
+    ]
 
 
 def test_clear_removes_everything_and_restarts_seq(store):
@@ -351,7 +418,13 @@ def test_clear_removes_everything_and_restarts_seq(store):
 
 def test_stats_of_an_unknown_conversation(store):
     stats = memory(store).stats("nobody")
-    assert (stats.active_events, stats.archived_events, stats.turns, stats.window_tokens, stats.version) == (0, 0, 0, 0, 0)
+    assert (
+        stats.active_events,
+        stats.archived_events,
+        stats.turns,
+        stats.window_tokens,
+        stats.version,
+    ) == (0, 0, 0, 0, 0)
 
 
 def test_version_grows_with_every_write(store):
@@ -370,7 +443,11 @@ def test_token_counts_are_stored_once(store):
         calls.append(text)
         return len(text.split())
 
-    m = ChatMemory(store, MemoryConfig(compaction_strategy="token_count", max_tokens=1000), token_counter=counter)
+    m = ChatMemory(
+        store,
+        MemoryConfig(compaction_strategy="token_count", max_tokens=1000),
+        token_counter=counter,
+    )
     m.add("c", turn("a b c"))
     counted = len(calls)
     for _ in range(3):
@@ -401,7 +478,9 @@ def test_concurrent_threads_lose_nothing(store):
     history = m.history("c")
     assert seqs(history) == list(range(1, len(history) + 1))
     users = [e for e in history if e.type is EventType.USER]
-    assert sorted(e.content for e in users) == sorted(f"w{n}-{i}" for n in range(4) for i in range(25))
+    assert sorted(e.content for e in users) == sorted(
+        f"w{n}-{i}" for n in range(4) for i in range(25)
+    )
     # each add() is contiguous: the reply sits right after its question
     by_seq = {e.seq: e for e in history}
     for user in users:
@@ -411,7 +490,12 @@ def test_concurrent_threads_lose_nothing(store):
 
 def test_add_is_idempotent_per_event_id(store):
     m = memory(store, compaction_strategy="turn_window", max_turns=2)
-    batch = [Event.user("q"), Event.tool_call("t", {"a": 1}, call_id="c1"), Event.tool_result("c1", "r"), Event.assistant("a")]
+    batch = [
+        Event.user("q"),
+        Event.tool_call("t", {"a": 1}, call_id="c1"),
+        Event.tool_result("c1", "r"),
+        Event.assistant("a"),
+    ]
     first = m.add("c", batch)
     version = m.stats("c").version
     again = m.add("c", batch)
@@ -423,7 +507,10 @@ def test_add_is_idempotent_per_event_id(store):
 
 
 def test_the_store_skips_events_already_in_the_window(store):
-    one, two = Event.user("one").stored(seq=0, tokens=1), Event.system("two").stored(seq=0, tokens=1)
+    one, two = (
+        Event.user("one").stored(seq=0, tokens=1),
+        Event.system("two").stored(seq=0, tokens=1),
+    )
     store.append("c", [one])
     snapshot = store.append("c", [one, two])
     assert snapshot.last_seq == 2 and [e.id for e in snapshot.window.events()] == [two.id, one.id]
@@ -435,7 +522,12 @@ def test_concurrent_retries_of_one_add_store_it_once(store):
     threads, rounds = 4, 5
     barrier = threading.Barrier(threads)
     batches = [
-        [Event.user(f"q{r}"), Event.tool_call("t", {}, call_id=f"k{r}"), Event.tool_result(f"k{r}", "r"), Event.assistant(f"a{r}")]
+        [
+            Event.user(f"q{r}"),
+            Event.tool_call("t", {}, call_id=f"k{r}"),
+            Event.tool_result(f"k{r}", "r"),
+            Event.assistant(f"a{r}"),
+        ]
         for r in range(rounds)
     ]
     returned: list[list[list[int]]] = [[] for _ in range(threads)]

@@ -60,7 +60,10 @@ def test_every_floor_is_pinned_at_exactly_that_version_for_the_lowest_run():
         )
 
 
-@pytest.mark.skipif(not os.environ.get("CHAT_MEMORY_LOWEST"), reason="only in the lowest-versions run (scripts/test-lowest)")
+@pytest.mark.skipif(
+    not os.environ.get("CHAT_MEMORY_LOWEST"),
+    reason="only in the lowest-versions run (scripts/test-lowest)",
+)
 def test_the_lowest_run_has_the_pinned_versions_installed():
     installed = {name: metadata.version(name) for name in lowest_pins()}
     assert installed == lowest_pins()

@@ -103,7 +103,18 @@ COMMANDS = doc_commands()
 def test_the_docs_show_the_commands_this_test_relies_on():
     # the README's tour and the memory commands: an extraction that loses them fails here
     words = {word for c in COMMANDS for word in c.text.split("#")[0].split()}
-    assert {"demo", "chat", "window", "search", "list", "compact", "clear", "memory", "show", "--user"} <= words
+    assert {
+        "demo",
+        "chat",
+        "window",
+        "search",
+        "list",
+        "compact",
+        "clear",
+        "memory",
+        "show",
+        "--user",
+    } <= words
     assert len(COMMANDS) >= 20
     assert any(c.expected_exit == 2 for c in COMMANDS)
 
@@ -148,7 +159,11 @@ def _skip_reason(command: DocCommand) -> str | None:
         if command.file == file and command.text.startswith(start):
             return reason
     for (file, start), (module, reason) in NEEDS.items():
-        if command.file == file and command.text.startswith(start) and importlib.util.find_spec(module) is None:
+        if (
+            command.file == file
+            and command.text.startswith(start)
+            and importlib.util.find_spec(module) is None
+        ):
             return reason
     return None
 
@@ -169,7 +184,13 @@ def _seed(url: str) -> None:
         memory = ChatMemory(store)
         for cid in SEEDED_CONVERSATIONS:
             if store.load(cid).version == 0:
-                memory.add(cid, [Event.user("Our new service is code-named Bluefin."), Event.assistant("Noted.")])
+                memory.add(
+                    cid,
+                    [
+                        Event.user("Our new service is code-named Bluefin."),
+                        Event.assistant("Noted."),
+                    ],
+                )
         files = long_term_memory(store, USER)
         if not any(entry.path == MEMORY_FILE for entry in files.files()):
             files.create(MEMORY_FILE, "# User preferences\n- tea\n")
@@ -178,7 +199,11 @@ def _seed(url: str) -> None:
 
 
 def _environment(home: Path, store_url: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ANTHROPIC_", "XDG_", "CHAT_MEMORY_"))}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("ANTHROPIC_", "XDG_", "CHAT_MEMORY_"))
+    }
     return {**env, "HOME": str(home), "CHAT_MEMORY_URL": store_url, "PYTHONPATH": str(ROOT)}
 
 
@@ -187,5 +212,5 @@ def _console_script_prelude() -> str:
     console script, a shell function runs the same entry point."""
     bin_dir = Path(sys.executable).parent
     if (bin_dir / "chat-memory").exists():
-        return f"export PATH={shlex.quote(str(bin_dir))}:\"$PATH\"\n"
-    return f"chat-memory() {{ {shlex.quote(sys.executable)} -m chat_memory.host.cli \"$@\"; }}\n"
+        return f'export PATH={shlex.quote(str(bin_dir))}:"$PATH"\n'
+    return f'chat-memory() {{ {shlex.quote(sys.executable)} -m chat_memory.host.cli "$@"; }}\n'

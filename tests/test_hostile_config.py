@@ -18,29 +18,61 @@ from chat_memory import ChatMemory, ChatMemoryError, MemoryConfig
 from chat_memory.backends.base import MAX_CONVERSATION_ID_LENGTH
 from chat_memory.backends.in_memory import InMemoryStore
 from chat_memory.components import memory_settings
-from chat_memory.host import default_registry
 from chat_memory.errors import ConfigurationError
-from chat_memory.testing.scripted_model import scripted_client
-from chat_memory.host import ChatWorkflow, import_workflow
+from chat_memory.host import ChatWorkflow, default_registry, import_workflow
 from chat_memory.templates import template_source
+from chat_memory.testing.scripted_model import scripted_client
 from tests.test_hostile_input import HOSTILE_TEXT, JSON_VALUES, ON_MEMORY, SCALE
 
 # -- configs, node parameters and workflows ------------------------------------------------------
 
 CONFIG_NAMES = [
-    "compaction_strategy", "compactionStrategy", "max_events", "maxEvents", "max_turns", "maxTurns", "max_tokens",
-    "maxTokens", "max_events_to_keep", "maxEventsToKeep", "overlap_size", "overlapSize",
-    "enable_conversation_search_tool", "enableConversationSearchTool", "search_page_size", "searchPageSize",
-    "max_archived_events", "maxArchivedEvents", "summary_placement", "summaryPlacement",
+    "compaction_strategy",
+    "compactionStrategy",
+    "max_events",
+    "maxEvents",
+    "max_turns",
+    "maxTurns",
+    "max_tokens",
+    "maxTokens",
+    "max_events_to_keep",
+    "maxEventsToKeep",
+    "overlap_size",
+    "overlapSize",
+    "enable_conversation_search_tool",
+    "enableConversationSearchTool",
+    "search_page_size",
+    "searchPageSize",
+    "max_archived_events",
+    "maxArchivedEvents",
+    "summary_placement",
+    "summaryPlacement",
 ]
 ODD_VALUES = st.one_of(
     JSON_VALUES,
     st.floats(allow_nan=True, allow_infinity=True),
     st.integers(-(10**30), 10**30),
-    st.sampled_from(["none", "sliding_window", "turn_window", "token_count", "recursive_summarization",
-                     "user_message", "system_prompt", " 3 ", "1e3", "0x10", "${chat_1.maxTurns}", "", "\x00"]),
+    st.sampled_from(
+        [
+            "none",
+            "sliding_window",
+            "turn_window",
+            "token_count",
+            "recursive_summarization",
+            "user_message",
+            "system_prompt",
+            " 3 ",
+            "1e3",
+            "0x10",
+            "${chat_1.maxTurns}",
+            "",
+            "\x00",
+        ]
+    ),
 )
-PARAMETERS = st.dictionaries(st.one_of(st.sampled_from(CONFIG_NAMES), HOSTILE_TEXT), ODD_VALUES, max_size=6)
+PARAMETERS = st.dictionaries(
+    st.one_of(st.sampled_from(CONFIG_NAMES), HOSTILE_TEXT), ODD_VALUES, max_size=6
+)
 
 
 @ON_MEMORY
@@ -58,7 +90,10 @@ def test_any_config_is_built_or_refused_with_a_configuration_error(parameters):
 
 
 @ON_MEMORY
-@given(parameters=PARAMETERS, node=st.sampled_from([d for d in default_registry().definitions() if d.kind == "memory"]))
+@given(
+    parameters=PARAMETERS,
+    node=st.sampled_from([d for d in default_registry().definitions() if d.kind == "memory"]),
+)
 def test_any_node_parameters_are_validated_or_refused(parameters, node):
     try:
         settings_ = memory_settings(node, parameters)
@@ -90,7 +125,12 @@ def mutate(document: Any, draw: Any) -> Any:
         parent = parent[part]
     action = draw(st.sampled_from(["replace", "delete", "add"]))
     if action == "replace" or (action == "delete" and isinstance(parent, list) and len(parent) < 1):
-        parent[path[-1]] = draw(st.one_of(ODD_VALUES, st.sampled_from(["${chat_1.nothing}", "${", "${a.b.c}", "chatMemory/v9"])))
+        parent[path[-1]] = draw(
+            st.one_of(
+                ODD_VALUES,
+                st.sampled_from(["${chat_1.nothing}", "${", "${a.b.c}", "chatMemory/v9"]),
+            )
+        )
     elif action == "delete":
         del parent[path[-1]]
     elif isinstance(parent, dict):
@@ -180,10 +220,11 @@ CLI_CASES = [  # conversation "c" exists; the others are unknown (exit 1, named 
 
 
 @pytest.mark.parametrize("argv,code", CLI_CASES, ids=[" ".join(a)[:40] for a, _ in CLI_CASES])
-def test_the_command_line_answers_hostile_arguments_with_a_message(argv, code, tmp_path, monkeypatch, capsys):
-    from chat_memory.host.cli import main
-
+def test_the_command_line_answers_hostile_arguments_with_a_message(
+    argv, code, tmp_path, monkeypatch, capsys
+):
     from chat_memory import ChatMemory, Event, open_store
+    from chat_memory.host.cli import main
 
     monkeypatch.setenv("CHAT_MEMORY_URL", f"sqlite:///{tmp_path / 'cli.db'}")
     with open_store() as store:
@@ -197,15 +238,35 @@ def test_the_command_line_answers_hostile_arguments_with_a_message(argv, code, t
 @pytest.mark.parametrize(
     "message,answered",
     [
-        ("", False), (" ", False), (None, False), (5, False), ("a\ud800b", False), ("\x00", True), ("\u202e" * 3, True),
+        ("", False),
+        (" ", False),
+        (None, False),
+        (5, False),
+        ("a\ud800b", False),
+        ("\x00", True),
+        ("\u202e" * 3, True),
         ("x" * 200_000, True),
         # larger than the model's whole context window (200k tokens): refused, never sent
         ("x" * 2_000_000, False),
     ],
-    ids=["empty", "blank", "none", "int", "surrogate", "nul", "rtl", "200k-characters", "2M-characters"],
+    ids=[
+        "empty",
+        "blank",
+        "none",
+        "int",
+        "surrogate",
+        "nul",
+        "rtl",
+        "200k-characters",
+        "2M-characters",
+    ],
 )
 def test_the_template_answers_or_refuses_any_chat_message(message, answered):
-    with ChatWorkflow(import_workflow(template_source("compacting-chat")), client=scripted_client(), store=InMemoryStore()) as runner:
+    with ChatWorkflow(
+        import_workflow(template_source("compacting-chat")),
+        client=scripted_client(),
+        store=InMemoryStore(),
+    ) as runner:
         if answered:
             assert runner.send("c", message).reply
         else:

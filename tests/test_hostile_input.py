@@ -20,9 +20,9 @@ from pydantic import ValidationError
 from chat_memory import ChatMemory, Event, MemoryConfig
 from chat_memory.backends.base import MAX_CONVERSATION_ID_LENGTH
 from chat_memory.backends.in_memory import InMemoryStore
-from chat_memory.render import to_anthropic, to_openai
 from chat_memory.errors import ConfigurationError, InvalidEventError, InvalidInputError, SearchError
 from chat_memory.pins import current
+from chat_memory.render import to_anthropic, to_openai
 from chat_memory.search import SearchQuery, search_events, search_text
 from tests.helpers import fixed_tokens
 from tests.validators import validate_anthropic_request, validate_openai_messages
@@ -31,9 +31,13 @@ from tests.validators import validate_anthropic_request, validate_openai_message
 # code path, the memory store (the reference) gets many more. CHAT_MEMORY_FULL=1: ten times more.
 SCALE = 10 if os.environ.get("CHAT_MEMORY_FULL", "").strip() not in ("", "0") else 1
 ON_EVERY_STORE = settings(
-    max_examples=12 * SCALE, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+    max_examples=12 * SCALE,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
-ON_MEMORY = settings(max_examples=150 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+ON_MEMORY = settings(
+    max_examples=150 * SCALE, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
 
 # -- what hostile text is made of --------------------------------------------------------------
 
@@ -52,7 +56,11 @@ HOSTILE_TEXT = st.text(
     max_size=40,
 )
 JSON_VALUES = st.recursive(
-    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.floats(allow_nan=False, allow_infinity=False) | HOSTILE_TEXT,
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | HOSTILE_TEXT,
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(HOSTILE_TEXT, inner, max_size=3),
     max_leaves=8,
 )
@@ -80,7 +88,10 @@ HOSTILE_IDS = [
 CONVERSATION_IDS = st.one_of(
     st.sampled_from(HOSTILE_IDS),
     st.text(
-        alphabet=st.one_of(st.sampled_from(ODD_CHARACTERS.replace("\x00", "")), st.characters(exclude_characters="\x00", exclude_categories=("Cs",))),
+        alphabet=st.one_of(
+            st.sampled_from(ODD_CHARACTERS.replace("\x00", "")),
+            st.characters(exclude_characters="\x00", exclude_categories=("Cs",)),
+        ),
         min_size=1,
         max_size=60,
     ),
@@ -98,17 +109,36 @@ def hostile_batches(draw: Any) -> list[list[Event]]:
             # hostile, but unique per batch: a call id already in the window is refused
             call_id = f"{draw(HOSTILE_TEXT.filter(bool))}#{len(batches)}"
             arguments = draw(st.dictionaries(HOSTILE_TEXT, JSON_VALUES, max_size=3))
-            batch.append(Event.tool_call(draw(HOSTILE_TEXT.filter(bool)), arguments, call_id=call_id))
-            batch.append(Event.tool_result(call_id, draw(HOSTILE_TEXT), is_error=draw(st.booleans())))
+            batch.append(
+                Event.tool_call(draw(HOSTILE_TEXT.filter(bool)), arguments, call_id=call_id)
+            )
+            batch.append(
+                Event.tool_result(call_id, draw(HOSTILE_TEXT), is_error=draw(st.booleans()))
+            )
         if draw(st.booleans()):
-            batch.append(Event.assistant(draw(HOSTILE_TEXT), metadata=draw(st.dictionaries(HOSTILE_TEXT, JSON_VALUES, max_size=2))))
+            batch.append(
+                Event.assistant(
+                    draw(HOSTILE_TEXT),
+                    metadata=draw(st.dictionaries(HOSTILE_TEXT, JSON_VALUES, max_size=2)),
+                )
+            )
         if draw(st.integers(0, 4)) == 0:
             batch.append(Event.system(draw(HOSTILE_TEXT)))
         batches.append(batch)
     return batches
 
 
-FIELDS_KEPT = ("id", "type", "content", "tool_call_id", "tool_name", "arguments", "is_error", "created_at", "metadata")
+FIELDS_KEPT = (
+    "id",
+    "type",
+    "content",
+    "tool_call_id",
+    "tool_name",
+    "arguments",
+    "is_error",
+    "created_at",
+    "metadata",
+)
 
 
 def as_added(event: Event) -> dict[str, Any]:
@@ -126,12 +156,22 @@ def check_stored_faithfully(memory: ChatMemory, cid: str, batches: list[list[Eve
     # as added, except that a result without a tool name is named after its call
     names = {e.tool_call_id: e.tool_name for e in added if e.type.value == "tool_call"}
     expected = [
-        e.model_copy(update={"tool_name": names.get(e.tool_call_id)}) if e.type.value == "tool_result" and not e.tool_name else e
+        e.model_copy(update={"tool_name": names.get(e.tool_call_id)})
+        if e.type.value == "tool_result" and not e.tool_name
+        else e
         for e in added
     ]
     assert [as_added(e) for e in history] == [as_added(e) for e in expected]
-    pinned = current([e.model_copy(update={"seq": i}) for i, e in enumerate(added, start=1) if e.type.value == "system"])
-    assert [e.id for e in memory.window(cid)] == [e.id for e in pinned] + [e.id for e in added if e.type.value != "system"]
+    pinned = current(
+        [
+            e.model_copy(update={"seq": i})
+            for i, e in enumerate(added, start=1)
+            if e.type.value == "system"
+        ]
+    )
+    assert [e.id for e in memory.window(cid)] == [e.id for e in pinned] + [
+        e.id for e in added if e.type.value != "system"
+    ]
 
 
 def check_searches_like_the_reference(memory: ChatMemory, cid: str, keyword: str) -> None:
@@ -142,7 +182,10 @@ def check_searches_like_the_reference(memory: ChatMemory, cid: str, keyword: str
         return
     expected = search_events(memory.history(cid), query)
     got = memory.store.search(cid, query)
-    assert (got.total, [e.seq for e in got.events]) == (expected.total, [e.seq for e in expected.events])
+    assert (got.total, [e.seq for e in got.events]) == (
+        expected.total,
+        [e.seq for e in expected.events],
+    )
 
 
 # -- events, ids and keywords on every backend -------------------------------------------------
@@ -174,7 +217,10 @@ def test_hostile_conversation_ids_never_collide_or_leak(store, ids, keyword):
         memory.clear(cid)
     memory.add(first, [Event.user(f"only in the first {keyword}"), Event.assistant("secret-one")])
     memory.add(second, [Event.user(f"only in the second {keyword}")])
-    assert [e.content for e in memory.history(first)] == [f"only in the first {keyword}", "secret-one"]
+    assert [e.content for e in memory.history(first)] == [
+        f"only in the first {keyword}",
+        "secret-one",
+    ]
     assert [e.content for e in memory.history(second)] == [f"only in the second {keyword}"]
     assert memory.search(second, "secret-one").total == 0
     assert memory.search(first, "secret-one").total == 1
@@ -187,7 +233,10 @@ def test_hostile_conversation_ids_never_collide_or_leak(store, ids, keyword):
 
 
 @ON_EVERY_STORE
-@given(keyword=st.text(alphabet=st.sampled_from(ODD_CHARACTERS + "ab SSsx"), max_size=8), mode=st.sampled_from(["phrase", "all", "any"]))
+@given(
+    keyword=st.text(alphabet=st.sampled_from(ODD_CHARACTERS + "ab SSsx"), max_size=8),
+    mode=st.sampled_from(["phrase", "all", "any"]),
+)
 def test_metacharacter_and_unicode_keywords_match_literally_on_every_store(store, keyword, mode):
     memory = fresh_memory(store)
     cid = "keywords"
@@ -199,7 +248,10 @@ def test_metacharacter_and_unicode_keywords_match_literally_on_every_store(store
         return
     expected = search_events(memory.history(cid), query)
     got = store.search(cid, query)
-    assert (got.total, [e.seq for e in got.events]) == (expected.total, [e.seq for e in expected.events])
+    assert (got.total, [e.seq for e in got.events]) == (
+        expected.total,
+        [e.seq for e in expected.events],
+    )
 
 
 KEYWORD_CORPUS = [
@@ -237,7 +289,9 @@ UNICODE_CASES = [
 ]
 
 
-@pytest.mark.parametrize("content,keyword,found", UNICODE_CASES, ids=[repr(c[1]) for c in UNICODE_CASES])
+@pytest.mark.parametrize(
+    "content,keyword,found", UNICODE_CASES, ids=[repr(c[1]) for c in UNICODE_CASES]
+)
 def test_case_folding_and_literal_matching_agree_on_every_store(store, content, keyword, found):
     memory = fresh_memory(store)
     memory.add("fold", [Event.user(content), Event.assistant("ok")])
@@ -264,7 +318,10 @@ def test_nul_is_stored_faithfully_in_every_field_on_every_store(store):
     assert memory.search("nul", "val\\u0000ue").total == 1
     memory.store.record_compaction_error("nul", "summarizer said \x00")
     # a diagnostic, not data: SQL stores show the NUL as U+FFFD (PostgreSQL text cannot hold it)
-    assert memory.stats("nul").last_compaction_error in ("summarizer said \x00", "summarizer said \ufffd")
+    assert memory.stats("nul").last_compaction_error in (
+        "summarizer said \x00",
+        "summarizer said \ufffd",
+    )
 
 
 @pytest.mark.parametrize(
@@ -276,7 +333,13 @@ def test_nul_is_stored_faithfully_in_every_field_on_every_store(store):
         lambda: [Event.tool_call("t", {"k": object()}, call_id="c"), Event.tool_result("c", "ok")],
         lambda: [Event.user("x", metadata={"raw": b"\xff\xfe"})],
     ],
-    ids=["content-surrogate", "metadata-surrogate", "argument-surrogate", "argument-object", "metadata-bad-bytes"],
+    ids=[
+        "content-surrogate",
+        "metadata-surrogate",
+        "argument-surrogate",
+        "argument-object",
+        "metadata-bad-bytes",
+    ],
 )
 def test_unstorable_events_are_refused_alike_on_every_store(store, build):
     memory = fresh_memory(store)
@@ -289,20 +352,28 @@ def test_unstorable_events_are_refused_alike_on_every_store(store, build):
 def test_non_json_values_are_stored_as_their_json_alike_on_every_store(store):
     memory = fresh_memory(store)
     call = Event.tool_call("t", {"tuple": (1, "a"), "set": {3}, "nan": float("nan")}, call_id="c")
-    stored = memory.add("json", [call, Event.tool_result("c", "ok"), Event.user("x", metadata={"raw": b"abc"})])
+    stored = memory.add(
+        "json", [call, Event.tool_result("c", "ok"), Event.user("x", metadata={"raw": b"abc"})]
+    )
     expected = [{"tuple": [1, "a"], "set": [3], "nan": None}, None, None]
-    assert [e.arguments for e in stored] == [e.arguments for e in memory.history("json")] == expected
+    assert (
+        [e.arguments for e in stored] == [e.arguments for e in memory.history("json")] == expected
+    )
     assert memory.history("json")[2].metadata == {"raw": "abc"}
 
 
 @pytest.mark.parametrize("megabytes", [1, 5])
 def test_huge_events_round_trip_on_every_store(store, megabytes):
     # larger than any model's context window: stored faithfully once the limit allows it
-    memory = ChatMemory(store, MemoryConfig(context_window_tokens=10**9), token_counter=fixed_tokens)
+    memory = ChatMemory(
+        store, MemoryConfig(context_window_tokens=10**9), token_counter=fixed_tokens
+    )
     needle = "needle-\U0001f642-İ"
     size = megabytes * 2**20
     content = ("lorem ipsum \u05d0\u0301 " * (size // 15 + 1))[:size] + needle
-    memory.add("huge", [Event.user(content), Event.tool_call("t", {"blob": content[:2**20]}, call_id="c")])
+    memory.add(
+        "huge", [Event.user(content), Event.tool_call("t", {"blob": content[: 2**20]}, call_id="c")]
+    )
     memory.add("huge", Event.tool_result("c", content))
     history = memory.history("huge")
     assert [len(e.content) for e in history] == [len(content), 0, len(content)]
@@ -314,14 +385,29 @@ def test_huge_events_round_trip_on_every_store(store, megabytes):
 
 def test_empty_and_whitespace_content_is_kept(store):
     memory = fresh_memory(store)
-    batch = [Event.user(""), Event.assistant(" "), Event.tool_call("t", {}, call_id="c"), Event.tool_result("c", "")]
+    batch = [
+        Event.user(""),
+        Event.assistant(" "),
+        Event.tool_call("t", {}, call_id="c"),
+        Event.tool_result("c", ""),
+    ]
     memory.add("empty", batch)
     check_stored_faithfully(memory, "empty", [batch])
 
 
 @pytest.mark.parametrize(
     "cid",
-    ["", "\x00", "a\x00b", "x" * (MAX_CONVERSATION_ID_LENGTH + 1), "lone \udc00", None, 7, b"bytes", ["list"]],
+    [
+        "",
+        "\x00",
+        "a\x00b",
+        "x" * (MAX_CONVERSATION_ID_LENGTH + 1),
+        "lone \udc00",
+        None,
+        7,
+        b"bytes",
+        ["list"],
+    ],
     ids=["empty", "nul", "inner-nul", "too-long", "surrogate", "none", "int", "bytes", "list"],
 )
 def test_unusable_conversation_ids_are_refused_on_every_store(store, cid):
@@ -345,7 +431,11 @@ def test_unusable_conversation_ids_are_refused_on_every_store(store, cid):
 
 
 @ON_MEMORY
-@given(batches=hostile_batches(), ids=st.lists(CONVERSATION_IDS, min_size=2, max_size=2, unique=True), keyword=HOSTILE_TEXT)
+@given(
+    batches=hostile_batches(),
+    ids=st.lists(CONVERSATION_IDS, min_size=2, max_size=2, unique=True),
+    keyword=HOSTILE_TEXT,
+)
 def test_hostile_input_on_the_memory_store(batches, ids, keyword):
     memory = fresh_memory(InMemoryStore())
     for batch in batches:
@@ -366,13 +456,24 @@ TOOL_ARGUMENTS = st.fixed_dictionaries(
     optional={
         "keyword": st.one_of(HOSTILE_TEXT, JSON_VALUES),
         "page": st.one_of(st.integers(-5, 10**25), JSON_VALUES, st.floats()),
-        "match_mode": st.one_of(st.sampled_from(["phrase", "all", "any", "PHRASE", ""]), JSON_VALUES),
+        "match_mode": st.one_of(
+            st.sampled_from(["phrase", "all", "any", "PHRASE", ""]), JSON_VALUES
+        ),
     },
 )
 
 
 @ON_MEMORY
-@given(arguments=st.one_of(st.none(), JSON_VALUES, st.text(), st.binary(), TOOL_ARGUMENTS, TOOL_ARGUMENTS.map(json.dumps)))
+@given(
+    arguments=st.one_of(
+        st.none(),
+        JSON_VALUES,
+        st.text(),
+        st.binary(),
+        TOOL_ARGUMENTS,
+        TOOL_ARGUMENTS.map(json.dumps),
+    )
+)
 def test_the_search_tool_answers_any_arguments_with_text(arguments):
     memory = fresh_memory(InMemoryStore())
     memory.add("tool", [Event.user("The codename is Bluefin")])
@@ -382,7 +483,10 @@ def test_the_search_tool_answers_any_arguments_with_text(arguments):
 
 @pytest.mark.parametrize(
     "created_at",
-    [datetime.max.replace(tzinfo=timezone(timedelta(hours=-5))), datetime.min.replace(tzinfo=timezone(timedelta(hours=5)))],
+    [
+        datetime.max.replace(tzinfo=timezone(timedelta(hours=-5))),
+        datetime.min.replace(tzinfo=timezone(timedelta(hours=5))),
+    ],
     ids=["after-year-9999-in-utc", "before-year-1-in-utc"],
 )
 def test_a_creation_time_out_of_range_in_utc_is_a_pydantic_error(created_at):
@@ -392,10 +496,24 @@ def test_a_creation_time_out_of_range_in_utc_is_a_pydantic_error(created_at):
 
 def test_extreme_json_values_round_trip_and_deep_nesting_is_refused_alike(store):
     memory = fresh_memory(store)
-    values = {"big": 2**70, "small": -(2**64), "max": 1e308, "tiny": 5e-324, "negzero": -0.0, "empty": [{}, ""]}
-    edge_times = [datetime.min.replace(tzinfo=timezone.utc), datetime.max.replace(tzinfo=timezone.utc)]
-    stored = memory.add("c", [Event.user("x", metadata=values, created_at=when) for when in edge_times])
-    assert [(e.metadata, e.created_at) for e in memory.history("c")] == [(e.metadata, e.created_at) for e in stored]
+    values = {
+        "big": 2**70,
+        "small": -(2**64),
+        "max": 1e308,
+        "tiny": 5e-324,
+        "negzero": -0.0,
+        "empty": [{}, ""],
+    }
+    edge_times = [
+        datetime.min.replace(tzinfo=timezone.utc),
+        datetime.max.replace(tzinfo=timezone.utc),
+    ]
+    stored = memory.add(
+        "c", [Event.user("x", metadata=values, created_at=when) for when in edge_times]
+    )
+    assert [(e.metadata, e.created_at) for e in memory.history("c")] == [
+        (e.metadata, e.created_at) for e in stored
+    ]
     assert [e.created_at for e in stored] == edge_times
     deep: Any = "leaf"
     for _ in range(300):
@@ -405,9 +523,19 @@ def test_extreme_json_values_round_trip_and_deep_nesting_is_refused_alike(store)
     assert len(memory.history("c")) == 2
 
 
-@pytest.mark.parametrize("field", ["content", "tool_name", "tool_call_id", "arguments", "metadata", "created_at", "type"])
+@pytest.mark.parametrize(
+    "field", ["content", "tool_name", "tool_call_id", "arguments", "metadata", "created_at", "type"]
+)
 def test_directly_built_events_with_wrong_field_types_are_pydantic_errors(field):
-    wrong = {"content": 5, "tool_name": 5, "tool_call_id": [1], "arguments": "x", "metadata": 3, "created_at": "now", "type": "robot"}
+    wrong = {
+        "content": 5,
+        "tool_name": 5,
+        "tool_call_id": [1],
+        "arguments": "x",
+        "metadata": 3,
+        "created_at": "now",
+        "type": "robot",
+    }
     with pytest.raises(ValidationError):
         Event(**{"type": "user", field: wrong[field]})
 
@@ -415,7 +543,12 @@ def test_directly_built_events_with_wrong_field_types_are_pydantic_errors(field)
 # -- API misuse: refused alike on every store (each was a leak or a difference once) -------------
 
 
-SUMMARIZING = MemoryConfig(compaction_strategy="recursive_summarization", max_events=3, max_events_to_keep=1, overlap_size=0)
+SUMMARIZING = MemoryConfig(
+    compaction_strategy="recursive_summarization",
+    max_events=3,
+    max_events_to_keep=1,
+    overlap_size=0,
+)
 
 
 MISUSE = {

@@ -12,8 +12,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = {
-    "langchain_memory.py": ("langchain.agents", ["4\n", "archived] Our new service is code-named Bluefin.", "\n8\n"]),
-    "openai_agents_session.py": ("agents", ["[{'role': 'assistant', 'content': [{'type': 'output_text', 'text': 'It has shipped.'}]}]", "conversation_search"]),
+    "langchain_memory.py": (
+        "langchain.agents",
+        ["4\n", "archived] Our new service is code-named Bluefin.", "\n8\n"],
+    ),
+    "openai_agents_session.py": (
+        "agents",
+        [
+            "[{'role': 'assistant', 'content': [{'type': 'output_text', 'text': 'It has shipped.'}]}]",
+            "conversation_search",
+        ],
+    ),
     "library_quickstart.py": ("chat_memory", []),
 }
 
@@ -29,7 +38,11 @@ def test_the_example_runs_as_written_twice_in_a_row(name, tmp_path):
     pytest.importorskip(package)
     for run in (1, 2):
         out = subprocess.run(
-            [sys.executable, str(ROOT / "examples" / name)], capture_output=True, text=True, cwd=tmp_path, timeout=120
+            [sys.executable, str(ROOT / "examples" / name)],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
         )
         assert out.returncode == 0, f"run {run}: {out.stderr}"
         assert "Warning" not in out.stderr, f"run {run}: {out.stderr}"
@@ -43,7 +56,10 @@ def test_the_library_example_run_twice_continues_its_conversation(tmp_path):
     for _ in range(2):
         out = subprocess.run(
             [sys.executable, str(ROOT / "examples" / "library_quickstart.py")],
-            capture_output=True, text=True, cwd=tmp_path, timeout=120,
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            timeout=120,
         )
         assert out.returncode == 0, out.stderr
     store = open_store(f"sqlite:///{tmp_path / 'chat.db'}")
@@ -63,7 +79,12 @@ def test_the_library_example_run_twice_continues_its_conversation(tmp_path):
     [
         ("langchain_core", "chat_memory.integrations.langchain", "langchain", None),
         # the middleware's own extra is named only when langchain-core, which it also needs, is there
-        ("langchain", "chat_memory.integrations.langchain.middleware", "langchain-agents", "langchain_core"),
+        (
+            "langchain",
+            "chat_memory.integrations.langchain.middleware",
+            "langchain-agents",
+            "langchain_core",
+        ),
         ("agents", "chat_memory.integrations.openai_agents", "openai-agents", None),
     ],
 )
@@ -78,5 +99,7 @@ def test_a_missing_framework_names_its_extra(blocked, module, extra, needs):
         "except ConfigurationError as exc:\n"
         "    print(exc)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
     assert f"pip install 'chat-memory[{extra}]'" in out.stdout, out.stdout + out.stderr

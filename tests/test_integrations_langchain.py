@@ -12,9 +12,9 @@ import pytest
 pytest.importorskip("langchain_core")
 pytest.importorskip("langchain.agents")
 
-from langchain.agents import create_agent  # noqa: E402
-from langchain_core.language_models import BaseChatModel  # noqa: E402
-from langchain_core.messages import (  # noqa: E402
+from langchain.agents import create_agent
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import (
     AIMessage,
     BaseMessage,
     HumanMessage,
@@ -23,11 +23,11 @@ from langchain_core.messages import (  # noqa: E402
     ToolMessage,
     convert_to_openai_messages,
 )
-from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
-from langchain_core.tools import tool  # noqa: E402
-from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
 
-from chat_memory import (  # noqa: E402
+from chat_memory import (
     AsyncChatMemory,
     ChatMemory,
     ConfigurationError,
@@ -35,17 +35,17 @@ from chat_memory import (  # noqa: E402
     InvalidInputError,
     MemoryConfig,
 )
-from chat_memory.integrations.langchain import (  # noqa: E402
+from chat_memory.integrations.langchain import (
     ChatMemoryHistory,
     ChatMemoryMiddleware,
     events_from_messages,
     messages_from_window,
     search_tools,
 )
-from chat_memory.render.plan import MISSING_RESULT_TEXT, SUMMARY_PREFACE  # noqa: E402
-from tests import agent_script  # noqa: E402
-from tests.adapter_memory import kind, memory_of, view  # noqa: E402, F401
-from tests.validators import validate_openai_messages  # noqa: E402
+from chat_memory.render.plan import MISSING_RESULT_TEXT, SUMMARY_PREFACE
+from tests import agent_script
+from tests.adapter_memory import kind, memory_of, view  # noqa: F401
+from tests.validators import validate_openai_messages
 
 
 def check_pairs(messages: list[BaseMessage]) -> None:
@@ -55,7 +55,9 @@ def check_pairs(messages: list[BaseMessage]) -> None:
     pending: list[str] = []
     for i, message in enumerate(messages):
         if isinstance(message, ToolMessage):
-            assert pending and message.tool_call_id == pending.pop(0), f"messages[{i}] is an orphan ToolMessage"
+            assert pending and message.tool_call_id == pending.pop(0), (
+                f"messages[{i}] is an orphan ToolMessage"
+            )
             continue
         assert not pending, f"messages[{i}]: tool calls {pending} unanswered"
         if isinstance(message, AIMessage):
@@ -68,7 +70,11 @@ def as_openai(messages: list[BaseMessage]) -> list[dict[str, Any]]:
     assistant message with tool calls and no text, no ``name`` on tool messages."""
     out = []
     for message in convert_to_openai_messages(messages):
-        if message["role"] == "assistant" and message.get("tool_calls") and not message.get("content"):
+        if (
+            message["role"] == "assistant"
+            and message.get("tool_calls")
+            and not message.get("content")
+        ):
             message["content"] = None
         if message["role"] == "tool":
             message.pop("name", None)
@@ -85,7 +91,9 @@ def memory_on(store, kind: str = "sync", **config: Any) -> ChatMemory | AsyncCha
     return memory_of(kind, store, **config)
 
 
-def invoke_all(runnable: Any, kind: str, inputs: list[Any], config: Any = None, close: Any = None) -> list[Any]:
+def invoke_all(
+    runnable: Any, kind: str, inputs: list[Any], config: Any = None, close: Any = None
+) -> list[Any]:
     """``invoke`` each input in turn with a ChatMemory, ``ainvoke`` on one loop with an AsyncChatMemory."""
     if kind == "sync":
         return [runnable.invoke(i, config) for i in inputs]
@@ -125,8 +133,14 @@ def test_messages_map_to_events_with_their_ids():
         ]
     )
     assert [(e.type.value, e.id) for e in events] == [
-        ("system", "s1"), ("user", "h1"), ("assistant", "a1"), ("tool_call", "a1#1"), ("tool_call", "a1#2"),
-        ("tool_result", "t1"), ("tool_result", "t2"), ("assistant", "a2"),
+        ("system", "s1"),
+        ("user", "h1"),
+        ("assistant", "a1"),
+        ("tool_call", "a1#1"),
+        ("tool_call", "a1#2"),
+        ("tool_result", "t1"),
+        ("tool_result", "t2"),
+        ("assistant", "a2"),
     ]
     assert events[3].arguments == {"id": 7} and events[3].tool_call_id == "c1"
     assert [e.is_error for e in events[5:7]] == [False, True]
@@ -175,19 +189,28 @@ def test_history_round_trip_is_idempotent_and_valid(sqlite_store):
 def test_an_unanswered_call_gets_a_synthetic_error_result(memory_store):
     memory = memory_on(memory_store)
     history = ChatMemoryHistory(memory, "conv")
-    history.add_messages([HumanMessage("go"), AIMessage("", tool_calls=[{"name": "slow", "args": {}, "id": "c9"}])])
+    history.add_messages(
+        [HumanMessage("go"), AIMessage("", tool_calls=[{"name": "slow", "args": {}, "id": "c9"}])]
+    )
     messages = history.messages
     validate(messages)
     assert isinstance(messages[-1], ToolMessage) and messages[-1].status == "error"
     assert messages[-1].content == MISSING_RESULT_TEXT
 
 
-@pytest.mark.parametrize("placement, kind", [("user_message", HumanMessage), ("system_prompt", SystemMessage)])
+@pytest.mark.parametrize(
+    "placement, kind", [("user_message", HumanMessage), ("system_prompt", SystemMessage)]
+)
 def test_the_summary_leads_as_the_placement_says(memory_store, placement, kind):
     memory = ChatMemory(
         memory_store,
-        MemoryConfig(compaction_strategy="recursive_summarization", max_events=4, max_events_to_keep=2,
-                     overlap_size=1, summary_placement=placement),
+        MemoryConfig(
+            compaction_strategy="recursive_summarization",
+            max_events=4,
+            max_events_to_keep=2,
+            overlap_size=1,
+            summary_placement=placement,
+        ),
         summarizer=lambda previous, events, upcoming: f"{len(events)} events about orders",
     )
     history = ChatMemoryHistory(memory, "conv")
@@ -204,7 +227,9 @@ def test_the_summary_leads_as_the_placement_says(memory_store, placement, kind):
     assert len(memory.history("conv")) == stored
 
 
-@pytest.mark.parametrize("store_fixture", ["sqlite_store", pytest.param("redis_store", marks=pytest.mark.redis)])
+@pytest.mark.parametrize(
+    "store_fixture", ["sqlite_store", pytest.param("redis_store", marks=pytest.mark.redis)]
+)
 def test_async_methods(request, store_fixture, kind):
     memory = memory_on(request.getfixturevalue(store_fixture), kind)
     history = ChatMemoryHistory(memory, "conv")
@@ -232,20 +257,36 @@ def test_async_methods(request, store_fixture, kind):
 def test_sync_paths_refuse_an_async_memory_and_name_the_async_method(memory_store):
     memory = AsyncChatMemory(memory_store)
     history = ChatMemoryHistory(memory, "conv")
-    with pytest.raises(ConfigurationError, match=r"messages is synchronous .* AsyncChatMemory: use await history.aget_messages\(\)"):
-        history.messages
-    with pytest.raises(ConfigurationError, match=r"use await history.aadd_messages\(\) instead, or pass a ChatMemory"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"messages is synchronous .* AsyncChatMemory: use await history.aget_messages\(\)",
+    ):
+        _ = history.messages
+    with pytest.raises(
+        ConfigurationError,
+        match=r"use await history.aadd_messages\(\) instead, or pass a ChatMemory",
+    ):
         history.add_messages([HumanMessage("hi")])
     with pytest.raises(ConfigurationError, match=r"use await history.aclear\(\)"):
         history.clear()
     search, _ = search_tools(memory, "conv")
-    with pytest.raises(ConfigurationError, match=r"conversation_search tool's invoke\(\) .* use await tool.ainvoke"):
+    with pytest.raises(
+        ConfigurationError, match=r"conversation_search tool's invoke\(\) .* use await tool.ainvoke"
+    ):
         search.invoke({"keyword": "hi"})
-    agent = create_agent(new_model(), tools=[], middleware=[ChatMemoryMiddleware(memory, conversation_id="c")])
-    with pytest.raises(ConfigurationError, match=r"agent.invoke\(\) is synchronous .* use agent.ainvoke\(\) or agent.astream\(\)"):
+    agent = create_agent(
+        new_model(), tools=[], middleware=[ChatMemoryMiddleware(memory, conversation_id="c")]
+    )
+    with pytest.raises(
+        ConfigurationError,
+        match=r"agent.invoke\(\) is synchronous .* use agent.ainvoke\(\) or agent.astream\(\)",
+    ):
         agent.invoke({"messages": [HumanMessage("hi")]})
     assert ChatMemory(memory_store).history("conv") == []  # nothing half-done
-    with pytest.raises(ConfigurationError, match=r"ChatMemoryHistory: memory \(None\) must be a ChatMemory or an AsyncChatMemory"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"ChatMemoryHistory: memory \(None\) must be a ChatMemory or an AsyncChatMemory",
+    ):
         ChatMemoryHistory(None, "conv")  # type: ignore[arg-type]
 
 
@@ -256,13 +297,35 @@ def test_search_tools_find_archived_messages_and_flag_errors(memory_store, kind)
     history.add_messages([HumanMessage("Something else."), AIMessage("Sure.")])
     search, fetch = search_tools(memory, "conv")
     assert (search.name, fetch.name) == ("conversation_search", "fetch_tool_result")
-    found, answer = invoke_all(search, kind, [
-        {"keyword": "bluefin"},
-        {"name": "conversation_search", "args": {"keyword": " "}, "id": "x1", "type": "tool_call"},
-    ])
+    found, answer = invoke_all(
+        search,
+        kind,
+        [
+            {"keyword": "bluefin"},
+            {
+                "name": "conversation_search",
+                "args": {"keyword": " "},
+                "id": "x1",
+                "type": "tool_call",
+            },
+        ],
+    )
     assert "Bluefin" in found and "archived" in found
-    assert isinstance(answer, ToolMessage) and answer.status == "error" and "keyword" in answer.content
-    [fetched] = invoke_all(fetch, kind, [{"name": "fetch_tool_result", "args": {"tool_call_id": "nope"}, "id": "x2", "type": "tool_call"}])
+    assert (
+        isinstance(answer, ToolMessage) and answer.status == "error" and "keyword" in answer.content
+    )
+    [fetched] = invoke_all(
+        fetch,
+        kind,
+        [
+            {
+                "name": "fetch_tool_result",
+                "args": {"tool_call_id": "nope"},
+                "id": "x2",
+                "type": "tool_call",
+            }
+        ],
+    )
     assert "no tool result" in fetched.content
 
 
@@ -270,7 +333,9 @@ def test_messages_from_window_puts_the_system_prompt_first(memory_store):
     memory = memory_on(memory_store)
     ChatMemoryHistory(memory, "conv").add_messages([SystemMessage("pinned"), HumanMessage("hi")])
     messages = messages_from_window(memory.window("conv"), system_prompt="You are terse.")
-    assert messages[0].content == "You are terse.\n\npinned" and isinstance(messages[1], HumanMessage)
+    assert messages[0].content == "You are terse.\n\npinned" and isinstance(
+        messages[1], HumanMessage
+    )
 
 
 # -- create_agent with the middleware -------------------------------------------------------
@@ -289,12 +354,21 @@ class ScriptedChatModel(BaseChatModel):
     def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedChatModel:
         return self
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         self.requests.append(list(messages))
         last = messages[-1]
-        move = agent_script.decide("tool" if isinstance(last, ToolMessage) else "user", str(last.text))
+        move = agent_script.decide(
+            "tool" if isinstance(last, ToolMessage) else "user", str(last.text)
+        )
         if move.tool:
-            message = AIMessage("", tool_calls=[{"name": move.tool, "args": move.arguments, "id": f"call_{next(self.calls)}"}])
+            message = AIMessage(
+                "",
+                tool_calls=[
+                    {"name": move.tool, "args": move.arguments, "id": f"call_{next(self.calls)}"}
+                ],
+            )
         else:
             message = AIMessage(move.text)
         return ChatResult(generations=[ChatGeneration(message=message)])
@@ -311,9 +385,13 @@ def new_model() -> ScriptedChatModel:
 
 
 @pytest.mark.parametrize("kind", ["sync", "async", "native"], indirect=True)
-@pytest.mark.parametrize("store_fixture", ["sqlite_store", pytest.param("redis_store", marks=pytest.mark.redis)])
+@pytest.mark.parametrize(
+    "store_fixture", ["sqlite_store", pytest.param("redis_store", marks=pytest.mark.redis)]
+)
 def test_a_create_agent_conversation_of_50_turns(request, store_fixture, kind):
-    memory = memory_on(request.getfixturevalue(store_fixture), kind, compaction_strategy="turn_window", max_turns=4)
+    memory = memory_on(
+        request.getfixturevalue(store_fixture), kind, compaction_strategy="turn_window", max_turns=4
+    )
     model = new_model()
     agent = create_agent(
         model,
@@ -322,32 +400,49 @@ def test_a_create_agent_conversation_of_50_turns(request, store_fixture, kind):
         middleware=[ChatMemoryMiddleware(memory, conversation_id="conv")],
     )
     close = memory.aclose if kind == "native" else None
-    states = invoke_all(agent, kind, turns(*map(agent_script.user_line, range(agent_script.TURNS))), close=close)
+    states = invoke_all(
+        agent, kind, turns(*map(agent_script.user_line, range(agent_script.TURNS))), close=close
+    )
     recalled = {turn: states[turn]["messages"][-1].content for turn in agent_script.RECALL}
     memory = view(memory)
     for sent in model.requests:
         validate(sent)
-        assert isinstance(sent[0], SystemMessage) and sent[0].content.startswith("Your visible history")
-        assert sum(isinstance(m, HumanMessage) for m in sent) <= 4 + 1  # max_turns, plus the turn being answered
+        assert isinstance(sent[0], SystemMessage) and sent[0].content.startswith(
+            "Your visible history"
+        )
+        assert (
+            sum(isinstance(m, HumanMessage) for m in sent) <= 4 + 1
+        )  # max_turns, plus the turn being answered
     assert memory.stats("conv").archived_events > 0
     for turn, earlier in agent_script.RECALL.items():
         assert agent_script.code(earlier) in recalled[turn] and "archived" in recalled[turn]
     history = memory.history("conv")
     assert sum(e.type is EventType.USER for e in history) == agent_script.TURNS
     assert len({e.id for e in history}) == len(history)
-    lookups = sum(1 for t in range(agent_script.TURNS) if agent_script.user_line(t).startswith("Please"))
+    lookups = sum(
+        1 for t in range(agent_script.TURNS) if agent_script.user_line(t).startswith("Please")
+    )
     calls = len(agent_script.RECALL) + lookups
-    assert len(history) == agent_script.TURNS * 2 + calls * 2  # user + answer per turn, call + result per tool use
+    assert (
+        len(history) == agent_script.TURNS * 2 + calls * 2
+    )  # user + answer per turn, call + result per tool use
 
 
 def test_the_middleware_follows_the_thread_id_and_stores_each_message_once(memory_store, kind):
     memory = memory_on(memory_store, kind, compaction_strategy="turn_window", max_turns=2)
     model = new_model()
-    agent = create_agent(model, tools=[lookup_order], middleware=[ChatMemoryMiddleware(memory)], checkpointer=InMemorySaver())
+    agent = create_agent(
+        model,
+        tools=[lookup_order],
+        middleware=[ChatMemoryMiddleware(memory)],
+        checkpointer=InMemorySaver(),
+    )
     config = {"configurable": {"thread_id": "thread-7"}}
     state = invoke_all(agent, kind, turns(*map(agent_script.user_line, range(6))), config)[-1]
     memory = view(memory)
-    assert len(state["messages"]) > len(model.requests[-1])  # the state keeps everything; the model sees the window
+    assert len(state["messages"]) > len(
+        model.requests[-1]
+    )  # the state keeps everything; the model sees the window
     history = memory.history("thread-7")
     assert sum(e.type is EventType.USER for e in history) == 6
     assert len(history) == 6 * 2 + 2 * 2  # turns 1 and 5 look an order up
@@ -360,7 +455,9 @@ def test_the_async_agent_path(memory_store, kind):
     """``ainvoke`` with either memory: a ChatMemory in a worker thread, an AsyncChatMemory awaited."""
     memory = memory_on(memory_store, kind, compaction_strategy="turn_window", max_turns=2)
     model = new_model()
-    agent = create_agent(model, tools=[lookup_order], middleware=[ChatMemoryMiddleware(memory, conversation_id="c")])
+    agent = create_agent(
+        model, tools=[lookup_order], middleware=[ChatMemoryMiddleware(memory, conversation_id="c")]
+    )
 
     async def run() -> None:
         for turn in range(4):
@@ -375,7 +472,9 @@ def test_the_async_agent_path(memory_store, kind):
 def test_without_a_conversation_id_or_thread_id_the_error_says_what_to_pass(memory_store):
     from chat_memory import ConfigurationError
 
-    agent = create_agent(new_model(), tools=[], middleware=[ChatMemoryMiddleware(memory_on(memory_store))])
+    agent = create_agent(
+        new_model(), tools=[], middleware=[ChatMemoryMiddleware(memory_on(memory_store))]
+    )
     with pytest.raises(ConfigurationError, match="thread_id"):
         agent.invoke({"messages": [HumanMessage("hi")]})
 
@@ -391,20 +490,28 @@ class OverflowOnceModel(ScriptedChatModel):
 
     armed: bool = False
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         if self.armed:
             self.armed = False
             raise PromptTooLong("prompt is too long: 201000 tokens > 200000 maximum")
         return super()._generate(messages, stop, run_manager, **kwargs)
 
 
-@pytest.mark.parametrize("memory_kind, use_async", [("sync", False), ("sync", True), ("async", True)])
-def test_the_middleware_compacts_by_force_and_retries_once_on_an_overflow(memory_store, memory_kind, use_async, monkeypatch):
+@pytest.mark.parametrize(
+    "memory_kind, use_async", [("sync", False), ("sync", True), ("async", True)]
+)
+def test_the_middleware_compacts_by_force_and_retries_once_on_an_overflow(
+    memory_store, memory_kind, use_async, monkeypatch
+):
     if memory_kind == "async":  # awith_overflow_retry awaits an AsyncChatMemory: no thread
         monkeypatch.setattr(asyncio, "to_thread", None)
     memory = memory_on(memory_store, memory_kind)
     model = OverflowOnceModel(requests=[], calls=itertools.count(1))
-    agent = create_agent(model, tools=[lookup_order], middleware=[ChatMemoryMiddleware(memory, conversation_id="c")])
+    agent = create_agent(
+        model, tools=[lookup_order], middleware=[ChatMemoryMiddleware(memory, conversation_id="c")]
+    )
 
     def invoke(turn: int) -> Any:
         message = {"messages": [HumanMessage(agent_script.user_line(turn))]}
@@ -417,7 +524,9 @@ def test_the_middleware_compacts_by_force_and_retries_once_on_an_overflow(memory
     assert state["messages"][-1].content  # answered after the retry
     memory = view(memory)
     assert memory.compactions("c")[-1].forced
-    assert [e.content for e in memory.window("c") if e.type is EventType.USER] == [agent_script.user_line(3)]
+    assert [e.content for e in memory.window("c") if e.type is EventType.USER] == [
+        agent_script.user_line(3)
+    ]
     for sent in model.requests:
         validate(sent)
 
@@ -431,5 +540,9 @@ def test_the_async_history_retracts_a_removed_message_and_replaces_an_edited_one
         return await history.aget_messages()
 
     assert [(m.id, m.content) for m in asyncio.run(go())] == [("m2", "b, edited")]
-    retracted = [e.content for e in ChatMemory(memory_store).history("conv", include_retracted=True) if e.retracted]
+    retracted = [
+        e.content
+        for e in ChatMemory(memory_store).history("conv", include_retracted=True)
+        if e.retracted
+    ]
     assert retracted == ["a", "b"]

@@ -17,16 +17,23 @@ import pytest
 pytest.importorskip("langchain_core")
 pytest.importorskip("langchain.agents")
 
-from langchain.agents import create_agent  # noqa: E402
-from langchain_core.chat_history import InMemoryChatMessageHistory  # noqa: E402
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, RemoveMessage, SystemMessage, ToolMessage  # noqa: E402
-from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
-from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages  # noqa: E402
+from langchain.agents import create_agent
+from langchain_core.chat_history import InMemoryChatMessageHistory
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    RemoveMessage,
+    SystemMessage,
+    ToolMessage,
+)
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 
-from chat_memory import ChatMemory, EventType, InvalidInputError, MemoryConfig  # noqa: E402
-from chat_memory.integrations.langchain import ChatMemoryHistory, ChatMemoryMiddleware  # noqa: E402
-from tests import agent_script  # noqa: E402
-from tests.test_integrations_langchain import ScriptedChatModel, lookup_order, validate  # noqa: E402
+from chat_memory import ChatMemory, EventType, InvalidInputError, MemoryConfig
+from chat_memory.integrations.langchain import ChatMemoryHistory, ChatMemoryMiddleware
+from tests import agent_script
+from tests.test_integrations_langchain import ScriptedChatModel, lookup_order, validate
 
 
 class GraphHistory(InMemoryChatMessageHistory):
@@ -65,17 +72,28 @@ def both(store: Any) -> tuple[GraphHistory, ChatMemoryHistory, ChatMemory]:
 def tool_exchange(n: int, ids: bool) -> list[BaseMessage]:
     """A user question, an AIMessage with text and two tool calls, their results (one an
     error), and the answer; with or without message ids."""
+
     def mid(name: str) -> str | None:
         return f"{name}-{n}" if ids else None
 
     return [
         HumanMessage(f"Where are orders {n}a and {n}b?", id=mid("h")),
-        AIMessage("Checking both.", id=mid("a"), tool_calls=[
-            {"name": "lookup", "args": {"order": f"{n}a"}, "id": f"call-{n}a"},
-            {"name": "lookup", "args": {"order": f"{n}b", "deep": {"x": [1, 2]}}, "id": f"call-{n}b"},
-        ]),
+        AIMessage(
+            "Checking both.",
+            id=mid("a"),
+            tool_calls=[
+                {"name": "lookup", "args": {"order": f"{n}a"}, "id": f"call-{n}a"},
+                {
+                    "name": "lookup",
+                    "args": {"order": f"{n}b", "deep": {"x": [1, 2]}},
+                    "id": f"call-{n}b",
+                },
+            ],
+        ),
         ToolMessage("shipped", tool_call_id=f"call-{n}a", name="lookup", id=mid("t1")),
-        ToolMessage("no such order", tool_call_id=f"call-{n}b", name="lookup", status="error", id=mid("t2")),
+        ToolMessage(
+            "no such order", tool_call_id=f"call-{n}b", name="lookup", status="error", id=mid("t2")
+        ),
         AIMessage(f"{n}a shipped; {n}b does not exist.", id=mid("a2")),
     ]
 
@@ -87,7 +105,9 @@ def test_a_history_sent_back_three_times_stores_each_message_once(store):
     ref, ours, memory = both(store)
     for turn in range(3):
         for history in (ref, ours):
-            history.add_messages(history.messages + [HumanMessage(f"q{turn}"), AIMessage(f"r{turn}")])
+            history.add_messages(
+                history.messages + [HumanMessage(f"q{turn}"), AIMessage(f"r{turn}")]
+            )
     assert seen(ours.messages, set()) == seen(ref.messages, set())
     assert [m.content for m in ours.messages] == ["q0", "r0", "q1", "r1", "q2", "r2"]
     assert [e.content for e in memory.history("conv")] == ["q0", "r0", "q1", "r1", "q2", "r2"]
@@ -116,7 +136,9 @@ def test_a_message_without_an_id_takes_the_one_it_is_stored_under(store):
     for history in (ref, ours):
         message = HumanMessage("hi")
         history.add_messages([message])
-        assert message.id == history.messages[0].id  # LangGraph's reducer sets it on the message too
+        assert (
+            message.id == history.messages[0].id
+        )  # LangGraph's reducer sets it on the message too
 
 
 def test_tool_calls_and_results_round_trip_with_their_ids(store):
@@ -136,7 +158,13 @@ def test_remove_all_messages_clears_then_adds_what_follows(store):
     ref, ours, memory = both(store)
     for history in (ref, ours):
         history.add_messages(tool_exchange(1, True))
-        history.add_messages([HumanMessage("dropped"), RemoveMessage(id=REMOVE_ALL_MESSAGES), HumanMessage("anew", id="n")])
+        history.add_messages(
+            [
+                HumanMessage("dropped"),
+                RemoveMessage(id=REMOVE_ALL_MESSAGES),
+                HumanMessage("anew", id="n"),
+            ]
+        )
     assert seen(ours.messages, {"n"}) == seen(ref.messages, {"n"}) == [("human", "anew", "n", [])]
     assert [e.content for e in memory.history("conv")] == ["anew"]
 
@@ -144,8 +172,13 @@ def test_remove_all_messages_clears_then_adds_what_follows(store):
 def test_a_list_that_would_clear_and_orphan_a_result_clears_nothing(store):
     _, ours, memory = both(store)
     ours.add_messages(tool_exchange(1, True))
-    with pytest.raises(InvalidInputError, match=r"messages\[1\].tool_call_id \('call-1a'\) answers no tool call after REMOVE_ALL"):
-        ours.add_messages([RemoveMessage(id=REMOVE_ALL_MESSAGES), ToolMessage("late", tool_call_id="call-1a")])
+    with pytest.raises(
+        InvalidInputError,
+        match=r"messages\[1\].tool_call_id \('call-1a'\) answers no tool call after REMOVE_ALL",
+    ):
+        ours.add_messages(
+            [RemoveMessage(id=REMOVE_ALL_MESSAGES), ToolMessage("late", tool_call_id="call-1a")]
+        )
     assert len(memory.history("conv")) == 7
 
 
@@ -155,7 +188,9 @@ def test_remove_message_by_id_retracts_the_message_as_the_reducer_removes_it(sto
     for history in (ref, ours):
         history.add_messages([HumanMessage("a", id="m1"), AIMessage("b", id="m2")])
         history.add_messages([HumanMessage("c", id="m3"), RemoveMessage(id="m1")])
-    assert seen(ours.messages, given) == seen(ref.messages, given) and [m.id for m in ours.messages] == ["m2", "m3"]
+    assert seen(ours.messages, given) == seen(ref.messages, given) and [
+        m.id for m in ours.messages
+    ] == ["m2", "m3"]
     assert [e.id for e in memory.history("conv")] == ["m2", "m3"]
     assert [e.id for e in memory.history("conv", include_retracted=True) if e.retracted] == ["m1"]
     for history in (ref, ours):  # removed and sent again in one list: the last word keeps it
@@ -163,10 +198,18 @@ def test_remove_message_by_id_retracts_the_message_as_the_reducer_removes_it(sto
     assert seen(ours.messages, given) == seen(ref.messages, given)
     with pytest.raises(ValueError, match="doesn't exist"):
         ref.add_messages([RemoveMessage(id="never")])
-    with pytest.raises(InvalidInputError, match=r"messages\[1\] is a RemoveMessage of id 'never', which is not stored"):
+    with pytest.raises(
+        InvalidInputError,
+        match=r"messages\[1\] is a RemoveMessage of id 'never', which is not stored",
+    ):
         ours.add_messages([HumanMessage("d", id="m4"), RemoveMessage(id="never")])
-    ours.add_messages([RemoveMessage(id="m1")])  # retracted already: nothing to do (the reducer would refuse)
-    assert [e.id for e in memory.history("conv")] == ["m2", "m3"]  # nothing of the refused list stored
+    ours.add_messages(
+        [RemoveMessage(id="m1")]
+    )  # retracted already: nothing to do (the reducer would refuse)
+    assert [e.id for e in memory.history("conv")] == [
+        "m2",
+        "m3",
+    ]  # nothing of the refused list stored
 
 
 def test_removing_an_ai_message_takes_its_calls_and_their_results(store):
@@ -178,10 +221,16 @@ def test_removing_an_ai_message_takes_its_calls_and_their_results(store):
         history.add_messages([RemoveMessage(id="a-1")])
     given = {"h-1", "a2-1"}
     orphans = {"t1-1", "t2-1"}
-    assert seen(ours.messages, given) == seen([m for m in ref.messages if m.id not in orphans], given)
+    assert seen(ours.messages, given) == seen(
+        [m for m in ref.messages if m.id not in orphans], given
+    )
     assert {m.id for m in ref.messages} >= orphans
     assert [e.type for e in memory.history("conv", include_retracted=True) if e.retracted] == [
-        EventType.ASSISTANT, EventType.TOOL_CALL, EventType.TOOL_CALL, EventType.TOOL_RESULT, EventType.TOOL_RESULT
+        EventType.ASSISTANT,
+        EventType.TOOL_CALL,
+        EventType.TOOL_CALL,
+        EventType.TOOL_RESULT,
+        EventType.TOOL_RESULT,
     ]
     validate(ours.messages)
 
@@ -194,7 +243,9 @@ def test_a_different_message_under_a_stored_id_replaces_it(store):
     for history in (ref, ours):
         history.add_messages([HumanMessage("a", id="m1"), AIMessage("b", id="m2")])
         history.add_messages([AIMessage("b, edited", id="m2")])  # the newest message: same place
-        history.add_messages([AIMessage("x", id="m4"), AIMessage("y", id="m4")])  # one id twice: the last word
+        history.add_messages(
+            [AIMessage("x", id="m4"), AIMessage("y", id="m4")]
+        )  # one id twice: the last word
     assert seen(ours.messages, given) == seen(ref.messages, given)
     assert [m.content for m in ours.messages] == ["a", "b, edited", "y"]
     for history in (ref, ours):
@@ -210,9 +261,17 @@ def test_an_ai_message_re_sent_with_a_call_less_replaces_it_and_its_results(stor
     exchange = tool_exchange(1, True)
     ours.add_messages(exchange)
     fewer = exchange[1].model_copy(update={"tool_calls": exchange[1].tool_calls[:1]})
-    ours.add_messages([fewer, exchange[2]])  # the result of the call it kept is sent again: stored anew
+    ours.add_messages(
+        [fewer, exchange[2]]
+    )  # the result of the call it kept is sent again: stored anew
     stored = [(e.type.value, e.id) for e in memory.history("conv")]
-    assert stored == [("user", "h-1"), ("assistant", "a2-1"), ("assistant", "a-1"), ("tool_call", "a-1#1"), ("tool_result", "t1-1")]
+    assert stored == [
+        ("user", "h-1"),
+        ("assistant", "a2-1"),
+        ("assistant", "a-1"),
+        ("tool_call", "a-1#1"),
+        ("tool_result", "t1-1"),
+    ]
     validate(ours.messages)
 
 
@@ -231,20 +290,31 @@ def test_plain_in_memory_history_stores_a_re_sent_copy_again(store):
     assert [m.content for m in ours.messages] == ["q0", "r0", "q1"]
 
 
-def test_a_transcript_longer_than_the_window_reads_the_history_once_and_stores_nothing_twice(store, monkeypatch):
+def test_a_transcript_longer_than_the_window_reads_the_history_once_and_stores_nothing_twice(
+    store, monkeypatch
+):
     memory = ChatMemory(store, MemoryConfig(compaction_strategy="turn_window", max_turns=2))
     ours = ChatMemoryHistory(memory, "conv")
     reads: list[str] = []
     real_history = ChatMemory.history
-    monkeypatch.setattr(ChatMemory, "history", lambda self, cid, *rest: reads.append(cid) or real_history(self, cid, *rest))
+    monkeypatch.setattr(
+        ChatMemory,
+        "history",
+        lambda self, cid, *rest: reads.append(cid) or real_history(self, cid, *rest),
+    )
     transcript: list[BaseMessage] = []
     longer = 0
     for turn in range(6):
         # the requests whose transcript starts with archived messages, before the window's
         longer += any(e.archived for e in real_history(memory, "conv"))
-        transcript += [HumanMessage(f"q{turn}", id=f"h{turn}"), AIMessage(f"r{turn}", id=f"a{turn}")]
+        transcript += [
+            HumanMessage(f"q{turn}", id=f"h{turn}"),
+            AIMessage(f"r{turn}", id=f"a{turn}"),
+        ]
         ours.add_messages(transcript)  # a stateless server sending everything each time
-    assert [e.content for e in real_history(memory, "conv")] == [f"{k}{t}" for t in range(6) for k in "qr"]
+    assert [e.content for e in real_history(memory, "conv")] == [
+        f"{k}{t}" for t in range(6) for k in "qr"
+    ]
     # the others cost one window read; these one history read each, no more
     assert 3 <= longer == len(reads)
     reads.clear()
@@ -253,15 +323,19 @@ def test_a_transcript_longer_than_the_window_reads_the_history_once_and_stores_n
     assert reads == []
 
 
-
 def test_a_transcript_older_than_the_archive_cap_keeps_is_not_stored_again(store):
     """The oldest messages of a re-sent transcript were erased by the archive cap: found
     nowhere, before the first message found, they are not appended again."""
-    memory = ChatMemory(store, MemoryConfig(compaction_strategy="turn_window", max_turns=2, max_archived_events=4))
+    memory = ChatMemory(
+        store, MemoryConfig(compaction_strategy="turn_window", max_turns=2, max_archived_events=4)
+    )
     ours = ChatMemoryHistory(memory, "conv")
     transcript: list[BaseMessage] = []
     for turn in range(8):
-        transcript += [HumanMessage(f"q{turn}", id=f"h{turn}"), AIMessage(f"r{turn}", id=f"a{turn}")]
+        transcript += [
+            HumanMessage(f"q{turn}", id=f"h{turn}"),
+            AIMessage(f"r{turn}", id=f"a{turn}"),
+        ]
         ours.add_messages(transcript)
     contents = [e.content for e in memory.history("conv")]
     assert contents == [f"{k}{t}" for t in range(8 - len(contents) // 2, 8) for k in "qr"]
@@ -274,12 +348,20 @@ def test_a_system_prompt_re_sent_without_an_id_is_not_stored_again(store):
     for turn in range(3):
         for history in (ref, ours):
             past = [m for m in history.messages if m.type != "system"]
-            history.add_messages([SystemMessage("Be brief."), *past, HumanMessage(f"q{turn}", id=f"h{turn}")])
+            history.add_messages(
+                [SystemMessage("Be brief."), *past, HumanMessage(f"q{turn}", id=f"h{turn}")]
+            )
     assert [m.content for m in ref.messages].count("Be brief.") == 3
-    assert [(m.type, m.content) for m in ours.messages] == [("system", "Be brief."), ("human", "q0"), ("human", "q1"), ("human", "q2")]
-    ours.add_messages([SystemMessage("Be very brief.")])  # a new instruction is stored (and replaces the pinned one)
+    assert [(m.type, m.content) for m in ours.messages] == [
+        ("system", "Be brief."),
+        ("human", "q0"),
+        ("human", "q1"),
+        ("human", "q2"),
+    ]
+    ours.add_messages(
+        [SystemMessage("Be very brief.")]
+    )  # a new instruction is stored (and replaces the pinned one)
     assert [m.content for m in ours.messages if m.type == "system"] == ["Be very brief."]
-
 
 
 def test_what_only_the_rendering_adds_is_not_stored_when_sent_back(store):
@@ -287,19 +369,40 @@ def test_what_only_the_rendering_adds_is_not_stored_when_sent_back(store):
     call was archived come back under ``chat-memory:`` ids; sending them back stores nothing."""
     memory = ChatMemory(store, MemoryConfig(compaction_strategy="turn_window", max_turns=2))
     ours = ChatMemoryHistory(memory, "conv")
-    ours.add_messages([HumanMessage("go", id="h0"), AIMessage("", id="a0", tool_calls=[{"name": "slow", "args": {}, "id": "c0"}])])
+    ours.add_messages(
+        [
+            HumanMessage("go", id="h0"),
+            AIMessage("", id="a0", tool_calls=[{"name": "slow", "args": {}, "id": "c0"}]),
+        ]
+    )
     for turn in range(1, 4):
-        ours.add_messages([HumanMessage(f"q{turn}", id=f"h{turn}"), AIMessage(f"r{turn}", id=f"a{turn}")])
-    ours.add_messages([ToolMessage("late", tool_call_id="c0", id="t0")])  # its call is archived by now
-    ours.add_messages([AIMessage("", id="a9", tool_calls=[{"name": "slow", "args": {}, "id": "c9"}])])
+        ours.add_messages(
+            [HumanMessage(f"q{turn}", id=f"h{turn}"), AIMessage(f"r{turn}", id=f"a{turn}")]
+        )
+    ours.add_messages(
+        [ToolMessage("late", tool_call_id="c0", id="t0")]
+    )  # its call is archived by now
+    ours.add_messages(
+        [AIMessage("", id="a9", tool_calls=[{"name": "slow", "args": {}, "id": "c9"}])]
+    )
     shown = ours.messages
     rendered = [m.id for m in shown if m.id.startswith("chat-memory:")]
     assert rendered == ["chat-memory:note:t0", "chat-memory:missing-result:c9"]
     before = len(memory.history("conv"))
     ours.add_messages(shown)
     assert len(memory.history("conv")) == before
-    ours.add_messages([ToolMessage("done", tool_call_id="c9", id="t9")])  # the real result still goes in
-    assert seen(ours.messages[-2:], {"a9", "t9"})[-1] == ("tool", "done", "t9", [], "c9", "success", "slow")
+    ours.add_messages(
+        [ToolMessage("done", tool_call_id="c9", id="t9")]
+    )  # the real result still goes in
+    assert seen(ours.messages[-2:], {"a9", "t9"})[-1] == (
+        "tool",
+        "done",
+        "t9",
+        [],
+        "c9",
+        "success",
+        "slow",
+    )
 
 
 # -- create_agent with a checkpointer, with and without the middleware --------------------
@@ -307,9 +410,13 @@ def test_what_only_the_rendering_adds_is_not_stored_when_sent_back(store):
 
 def agent_for(memory: ChatMemory | None, checkpointer: bool) -> tuple[Any, ScriptedChatModel]:
     model = ScriptedChatModel(requests=[], calls=itertools.count(1))
-    middleware = [ChatMemoryMiddleware(memory, conversation_id="conv")] if memory is not None else []
+    middleware = (
+        [ChatMemoryMiddleware(memory, conversation_id="conv")] if memory is not None else []
+    )
     saver = InMemorySaver() if checkpointer else None
-    return create_agent(model, tools=[lookup_order], middleware=middleware, checkpointer=saver), model
+    return create_agent(
+        model, tools=[lookup_order], middleware=middleware, checkpointer=saver
+    ), model
 
 
 TURNS = 6  # turns 1 and 5 look an order up: a call and its result in the state
@@ -322,7 +429,9 @@ def message_count(history: Sequence[Any]) -> int:
 
 
 @pytest.mark.parametrize("checkpointer", [True, False], ids=["checkpointer", "stateless"])
-def test_an_agent_sent_its_whole_history_each_turn_sees_and_stores_each_message_once(store, checkpointer):
+def test_an_agent_sent_its_whole_history_each_turn_sees_and_stores_each_message_once(
+    store, checkpointer
+):
     """Each turn the client sends back everything it has (``state["messages"] + [new]``);
     with a checkpointer LangGraph's reducer merges it by id, without one it is the whole
     input. The client must see the same state with and without the middleware, and the
@@ -334,10 +443,15 @@ def test_an_agent_sent_its_whole_history_each_turn_sees_and_stores_each_message_
         agent, model = agent_for(mem, checkpointer)
         messages: list[BaseMessage] = []
         for turn in range(TURNS):
-            state = agent.invoke({"messages": messages + [HumanMessage(agent_script.user_line(turn))]}, config)
+            state = agent.invoke(
+                {"messages": messages + [HumanMessage(agent_script.user_line(turn))]}, config
+            )
             messages = state["messages"]
         results[name] = (messages, model.requests)
-    (ref_messages, ref_requests), (our_messages, our_requests) = results["reference"], results["ours"]
+    (ref_messages, ref_requests), (our_messages, our_requests) = (
+        results["reference"],
+        results["ours"],
+    )
     assert seen(our_messages, set()) == seen(ref_messages, set())
     # the model was shown the same conversation (ours has the window; nothing compacts here)
     said = [[(m.type, m.content) for m in request] for request in our_requests]
@@ -372,11 +486,15 @@ def test_the_middleware_replaces_an_edited_copy_of_a_stored_message(store):
     memory = ChatMemory(store)
     agent, _ = agent_for(memory, checkpointer=False)
     state = agent.invoke({"messages": [HumanMessage("Remember: project 1 has code K1.", id="u1")]})
-    edited = [state["messages"][0].model_copy(update={"content": "Remember: project 1 has code K2."})]
+    edited = [
+        state["messages"][0].model_copy(update={"content": "Remember: project 1 has code K2."})
+    ]
     agent.invoke({"messages": edited + state["messages"][1:] + [HumanMessage("next")]})
     contents = [e.content for e in memory.history("conv")]
     assert contents[:3] == ["Noted.", "Remember: project 1 has code K2.", "next"]
-    assert [e.content for e in memory.history("conv", include_retracted=True) if e.retracted] == ["Remember: project 1 has code K1."]
+    assert [e.content for e in memory.history("conv", include_retracted=True) if e.retracted] == [
+        "Remember: project 1 has code K1."
+    ]
 
 
 def test_a_remove_message_reaches_the_state_but_not_the_memory(store):
@@ -387,8 +505,12 @@ def test_a_remove_message_reaches_the_state_but_not_the_memory(store):
     states = {}
     for name, mem in (("reference", None), ("ours", memory)):
         agent, model = agent_for(mem, checkpointer=True)
-        first = agent.invoke({"messages": [HumanMessage("Remember: project 1 has code K1.", id="u1")]}, config)
-        states[name] = agent.invoke({"messages": [RemoveMessage(id="u1"), HumanMessage("next", id="u2")]}, config)
+        first = agent.invoke(
+            {"messages": [HumanMessage("Remember: project 1 has code K1.", id="u1")]}, config
+        )
+        states[name] = agent.invoke(
+            {"messages": [RemoveMessage(id="u1"), HumanMessage("next", id="u2")]}, config
+        )
         assert "u1" not in [m.id for m in states[name]["messages"]] and len(first["messages"]) == 2
         states[name + " saw"] = [m.content for m in model.requests[-1]]
     assert seen(states["ours"]["messages"], {"u2"}) == seen(states["reference"]["messages"], {"u2"})
@@ -396,5 +518,15 @@ def test_a_remove_message_reaches_the_state_but_not_the_memory(store):
     assert "Remember: project 1 has code K1." in states["ours saw"]  # still in the memory's window
     assert [e.id for e in memory.history("conv")][0] == "u1"
     agent, _ = agent_for(memory, checkpointer=False)
-    with pytest.raises(InvalidInputError, match=r"is a RemoveMessage \(id 'u2'\), which is not a message to store"):
-        agent.invoke({"messages": [RemoveMessage(id=REMOVE_ALL_MESSAGES), HumanMessage("x"), RemoveMessage(id="u2")]})
+    with pytest.raises(
+        InvalidInputError, match=r"is a RemoveMessage \(id 'u2'\), which is not a message to store"
+    ):
+        agent.invoke(
+            {
+                "messages": [
+                    RemoveMessage(id=REMOVE_ALL_MESSAGES),
+                    HumanMessage("x"),
+                    RemoveMessage(id="u2"),
+                ]
+            }
+        )

@@ -24,7 +24,9 @@ NONE = MemoryConfig(compaction_strategy="none")
 
 def config_for(strategy: str) -> MemoryConfig:
     """The strategy, with a turn limit that the test's single add stays within."""
-    return NONE if strategy == "none" else MemoryConfig(compaction_strategy=strategy, max_turns=10_000)
+    return (
+        NONE if strategy == "none" else MemoryConfig(compaction_strategy=strategy, max_turns=10_000)
+    )
 
 
 def word(k: int) -> str:
@@ -70,7 +72,10 @@ def check_retry_and_next(memory: Any, cid: str, batch: list[Event], stored: list
     assert [(e.id, e.seq) for e in again] == [(e.id, e.seq) for e in stored]
     after = memory.stats(cid)
     assert after.version == before.version and after.active_events == len(batch)
-    assert [e.seq for e in memory.add(cid, [Event.user("next"), Event.assistant("done")])] == [len(batch) + 1, len(batch) + 2]
+    assert [e.seq for e in memory.add(cid, [Event.user("next"), Event.assistant("done")])] == [
+        len(batch) + 1,
+        len(batch) + 2,
+    ]
     assert len(memory.history(cid)) == len(batch) + 2
 
 
@@ -122,7 +127,13 @@ def test_one_append_of_100_000_events_is_stored_whole_and_retried_once(request, 
 def test_a_compacting_strategy_takes_a_large_add_too(store):
     """The window-returning append path (a strategy that compacts) at a size that broke Lua's
     unpack: stored whole, then compacted to the limit."""
-    memory = ChatMemory(store, MemoryConfig(compaction_strategy="sliding_window", max_events=50, max_archived_events=20_000), token_counter=fixed_tokens)
+    memory = ChatMemory(
+        store,
+        MemoryConfig(
+            compaction_strategy="sliding_window", max_events=50, max_archived_events=20_000
+        ),
+        token_counter=fixed_tokens,
+    )
     batch = big_batch(10_000, "w")
     stored = memory.add("big", batch)
     assert [e.seq for e in stored] == list(range(1, 10_001))
@@ -131,12 +142,14 @@ def test_a_compacting_strategy_takes_a_large_add_too(store):
     assert memory.search("big", word(5_000)).total == 1
 
 
-@pytest.fixture(params=[
-    pytest.param("redis_url", marks=pytest.mark.redis),
-    pytest.param("redis_cluster_url", marks=pytest.mark.redis_cluster),
-    "sqlite_url",
-    pytest.param("postgres_url", marks=pytest.mark.postgres),
-])
+@pytest.fixture(
+    params=[
+        pytest.param("redis_url", marks=pytest.mark.redis),
+        pytest.param("redis_cluster_url", marks=pytest.mark.redis_cluster),
+        "sqlite_url",
+        pytest.param("postgres_url", marks=pytest.mark.postgres),
+    ]
+)
 def async_url(request) -> str:
     """URLs whose ``open_async_store`` is a native async store."""
     return request.getfixturevalue(request.param)
@@ -183,10 +196,12 @@ def test_one_append_of_100_000_events_on_the_native_async_stores(request, name):
 # -- Redis: failures leave nothing partial ---------------------------------------------------
 
 
-@pytest.fixture(params=[
-    pytest.param("redis_store", marks=pytest.mark.redis),
-    pytest.param("redis_cluster_store", marks=pytest.mark.redis_cluster),
-])
+@pytest.fixture(
+    params=[
+        pytest.param("redis_store", marks=pytest.mark.redis),
+        pytest.param("redis_cluster_store", marks=pytest.mark.redis_cluster),
+    ]
+)
 def real_redis(request) -> RedisStore:
     return request.getfixturevalue(request.param)
 
@@ -209,7 +224,9 @@ def test_a_refused_append_writes_nothing_and_the_retry_stores_everything_once(re
     store.client.set(texts, "not a hash")
     with pytest.raises(StorageError, match="holds a string, not a hash"):
         memory.add("torn", batch)
-    assert _stored_keys(store, "torn") == {key: int(key == texts) for key in store._keys("torn")[:8]}
+    assert _stored_keys(store, "torn") == {
+        key: int(key == texts) for key in store._keys("torn")[:8]
+    }
     store.client.delete(texts)
     stored = memory.add("torn", batch)
     check_stored_whole(memory, "torn", batch, stored)

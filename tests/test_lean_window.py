@@ -36,10 +36,14 @@ def test_search_after_five_agent_searches_returns_only_the_real_mentions(store):
     m.add("c", [Event.user("Our new service is code-named Bluefin."), Event.assistant("Noted.")])
     agent_searches(m, "c", "bluefin", 5)
     found = m.search("c", "bluefin")
-    assert [h.content for h in found.hits] == ["Our new service is code-named Bluefin."] and found.total == 1
+    assert [h.content for h in found.hits] == [
+        "Our new service is code-named Bluefin."
+    ] and found.total == 1
     # the tool's answer does not grow with every search: the fifth is the first one again
     answers = [e.content for e in m.history("c") if e.type is EventType.TOOL_RESULT]
-    assert len(answers) == 5 and all("Results 1-1 of 1" in a and a.count("\n- [#") == 1 for a in answers)
+    assert len(answers) == 5 and all(
+        "Results 1-1 of 1" in a and a.count("\n- [#") == 1 for a in answers
+    )
     assert answers[-1] == answers[1]  # the first one saw the hit in view, later ones archived
     everything = m.search("c", "bluefin", include_recall_tools=True)
     assert everything.total == 11
@@ -51,19 +55,46 @@ def test_every_match_mode_and_the_sql_fallback_leave_them_out(store):
     m.add("c", Event.user("Bluefin ships in March"))
     agent_searches(m, "c", "bluefin march", 2)
     for mode in ("phrase", "all", "any"):
-        assert [h.seq for h in m.search("c", "bluefin march" if mode != "phrase" else "bluefin", match_mode=mode).hits] == [1]
+        assert [
+            h.seq
+            for h in m.search(
+                "c", "bluefin march" if mode != "phrase" else "bluefin", match_mode=mode
+            ).hits
+        ] == [1]
     # a NUL in the keyword makes SQL match in Python: same answer
     m.add("c", Event.user("nul\x00bluefin"))
-    m.add("c", [Event.tool_call("conversation_search", {"keyword": "nul\x00bluefin"}, call_id="n"), Event.tool_result("n", "nul\x00bluefin")])
+    m.add(
+        "c",
+        [
+            Event.tool_call("conversation_search", {"keyword": "nul\x00bluefin"}, call_id="n"),
+            Event.tool_result("n", "nul\x00bluefin"),
+        ],
+    )
     assert [h.content for h in m.search("c", "nul\x00bluefin").hits] == ["nul\x00bluefin"]
     # (the call's arguments are JSON text, where the NUL is written \u0000)
-    assert [h.type for h in m.search("c", "nul\x00bluefin", include_recall_tools=True).hits] == ["user", "tool_result"]
+    assert [h.type for h in m.search("c", "nul\x00bluefin", include_recall_tools=True).hits] == [
+        "user",
+        "tool_result",
+    ]
 
 
 def test_fetch_tool_results_are_left_out_too_and_archived_ones_alike(store):
     m = memory(store, compaction_strategy="turn_window", max_turns=1)
-    m.add("c", [Event.user("get the order"), Event.tool_call("get_order", {"id": 7}, call_id="o1"), Event.tool_result("o1", "order 7: Bluefin crate")])
-    m.add("c", [Event.user("again"), Event.tool_call("fetch_tool_result", {"tool_call_id": "o1"}, call_id="f1")])
+    m.add(
+        "c",
+        [
+            Event.user("get the order"),
+            Event.tool_call("get_order", {"id": 7}, call_id="o1"),
+            Event.tool_result("o1", "order 7: Bluefin crate"),
+        ],
+    )
+    m.add(
+        "c",
+        [
+            Event.user("again"),
+            Event.tool_call("fetch_tool_result", {"tool_call_id": "o1"}, call_id="f1"),
+        ],
+    )
     m.add("c", Event.tool_result("f1", m.fetch_tool("c")({"tool_call_id": "o1"})))
     for i in range(3):
         m.add("c", turn(f"later {i}"))
@@ -76,10 +107,15 @@ def test_texts_that_start_with_the_mark_are_still_found(store):
     """The mark is whitespace, and leading whitespace never takes part in a match, so an
     ordinary text starting with that character is stored without it and stays searchable."""
     m = memory(store)
-    m.add("c", [Event.user(RECALL_MARK + "bluefin one"), Event.user(" \t" + RECALL_MARK + "bluefin two")])
+    m.add(
+        "c",
+        [Event.user(RECALL_MARK + "bluefin one"), Event.user(" \t" + RECALL_MARK + "bluefin two")],
+    )
     assert m.search("c", "bluefin").total == 2
     assert search_text(Event.user(RECALL_MARK + "x")) == "x"
-    assert search_text(Event.tool_call("conversation_search", {"keyword": "x"})).startswith(RECALL_MARK)
+    assert search_text(Event.tool_call("conversation_search", {"keyword": "x"})).startswith(
+        RECALL_MARK
+    )
     assert not SearchQuery.build(RECALL_MARK + "x").terms[0].startswith(RECALL_MARK)
 
 
@@ -87,8 +123,17 @@ def test_a_result_named_after_its_call_when_stored():
     m = memory(_memory_store())
     m.add("c", Event.tool_call("conversation_search", {"keyword": "k"}, call_id="s"))
     m.add("c", Event.tool_result("s", "No messages"))
-    m.add("c", [Event.tool_call("get_order", {}, call_id="g"), Event.tool_result("g", "ok", name="explicit")])
-    assert [e.tool_name for e in m.history("c") if e.type is EventType.TOOL_RESULT] == ["conversation_search", "explicit"]
+    m.add(
+        "c",
+        [
+            Event.tool_call("get_order", {}, call_id="g"),
+            Event.tool_result("g", "ok", name="explicit"),
+        ],
+    )
+    assert [e.tool_name for e in m.history("c") if e.type is EventType.TOOL_RESULT] == [
+        "conversation_search",
+        "explicit",
+    ]
 
 
 def _memory_store() -> Store:
@@ -110,7 +155,10 @@ def test_a_newer_system_prompt_supersedes_the_older_one(store):
     assert m.stats("c").window_tokens == before  # v1 counts no more (both are 4 words)
     assert m.stats("c").archived_events == 1
     history = m.history("c")
-    assert [(e.content, e.archived) for e in history if e.type is EventType.SYSTEM] == [("You are bot v1", True), ("You are bot v2", False)]
+    assert [(e.content, e.archived) for e in history if e.type is EventType.SYSTEM] == [
+        ("You are bot v1", True),
+        ("You are bot v2", False),
+    ]
     assert [e.seq for e in history] == sorted(e.seq for e in history)
 
 
@@ -122,14 +170,23 @@ def test_keys_keep_several_pins_side_by_side(store):
     assert pinned == ["persona A", "English"]
     assert sorted(e.content for e in m.history("c") if e.archived) == ["French"]
     m.add("c", Event.system("persona B"))
-    assert [e.content for e in m.window("c") if e.type is EventType.SYSTEM] == ["English", "persona B"]
+    assert [e.content for e in m.window("c") if e.type is EventType.SYSTEM] == [
+        "English",
+        "persona B",
+    ]
     assert m.stats("c").archived_events == 2
 
 
 def test_one_list_with_two_pins_of_one_key_is_refused_and_stores_nothing(store):
     m = memory(store)
-    batch = [Event.system("German", metadata={"key": "language"}), Event.system("English", metadata={"key": "language"})]
-    with pytest.raises(InvalidEventError, match=r"events\[1\] and events\[0\] are system events with the same pin key \('language'\)"):
+    batch = [
+        Event.system("German", metadata={"key": "language"}),
+        Event.system("English", metadata={"key": "language"}),
+    ]
+    with pytest.raises(
+        InvalidEventError,
+        match=r"events\[1\] and events\[0\] are system events with the same pin key \('language'\)",
+    ):
         m.add("c", [*batch, Event.user("hi")])
     assert m.history("c") == []
 
@@ -160,7 +217,13 @@ def test_to_anthropic_uses_the_memory_own_summary_placement():
 
     m = ChatMemory(
         _memory_store(),
-        MemoryConfig(compaction_strategy="recursive_summarization", max_events=4, max_events_to_keep=2, overlap_size=0, summary_placement="system_prompt"),
+        MemoryConfig(
+            compaction_strategy="recursive_summarization",
+            max_events=4,
+            max_events_to_keep=2,
+            overlap_size=0,
+            summary_placement="system_prompt",
+        ),
         summarizer=summarize,
         token_counter=fixed_tokens,
     )

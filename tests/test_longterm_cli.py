@@ -16,7 +16,10 @@ def test_list_show_versions_and_delete(tmp_path, capsys, monkeypatch):
     assert main(["--url", url, "memory", "list", "--namespace", "ada"]) == 0
     listed = capsys.readouterr().out
     assert "/memories/preferences.md" in listed and "other.md" not in listed
-    assert main(["--url", url, "memory", "show", "/memories/preferences.md", "--namespace", "ada"]) == 0
+    assert (
+        main(["--url", url, "memory", "show", "/memories/preferences.md", "--namespace", "ada"])
+        == 0
+    )
     assert capsys.readouterr().out == "- coffee\n"
     assert main(["--url", url, "memory", "versions", "/memories/preferences.md", "-n", "ada"]) == 0
     assert len(capsys.readouterr().out.splitlines()) == 2
@@ -26,8 +29,14 @@ def test_list_show_versions_and_delete(tmp_path, capsys, monkeypatch):
     assert "pass --yes" in capsys.readouterr().err
     assert main(["--url", url, "memory", "show", "/memories/../etc", "-n", "ada"]) == 2
     assert "would escape /memories" in capsys.readouterr().err
-    assert main(["--url", url, "memory", "delete", "/memories/preferences.md", "-n", "ada", "--yes"]) == 0
-    assert files.files() == [] and long_term_memory(url, "grace").read("/memories/other.md") == "not ada's"
+    assert (
+        main(["--url", url, "memory", "delete", "/memories/preferences.md", "-n", "ada", "--yes"])
+        == 0
+    )
+    assert (
+        files.files() == []
+        and long_term_memory(url, "grace").read("/memories/other.md") == "not ada's"
+    )
     assert main(["--url", url, "memory", "show", "/memories/preferences.md", "-n", "ada"]) == 2
     assert "does not exist" in capsys.readouterr().err
 

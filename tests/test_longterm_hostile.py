@@ -40,10 +40,40 @@ UNSAFE = [
     42,
 ]
 
-_pieces = st.sampled_from(["/memories", "/", "..", ".", "%2e", "%2F", "\\", "\x00", "~", ":", "->", "a", "b.md", "é", "\uff0e", " ", "\n"])
-paths = st.one_of(st.lists(_pieces, max_size=8).map("".join), st.text(max_size=40), st.sampled_from(UNSAFE))
-commands = st.sampled_from(["view", "create", "str_replace", "insert", "delete", "rename", "chmod", "", None])
-values = st.one_of(st.none(), st.integers(-3, 5), st.text(max_size=20), st.lists(st.integers(-2, 5), max_size=3), st.booleans())
+_pieces = st.sampled_from(
+    [
+        "/memories",
+        "/",
+        "..",
+        ".",
+        "%2e",
+        "%2F",
+        "\\",
+        "\x00",
+        "~",
+        ":",
+        "->",
+        "a",
+        "b.md",
+        "é",
+        "\uff0e",
+        " ",
+        "\n",
+    ]
+)
+paths = st.one_of(
+    st.lists(_pieces, max_size=8).map("".join), st.text(max_size=40), st.sampled_from(UNSAFE)
+)
+commands = st.sampled_from(
+    ["view", "create", "str_replace", "insert", "delete", "rename", "chmod", "", None]
+)
+values = st.one_of(
+    st.none(),
+    st.integers(-3, 5),
+    st.text(max_size=20),
+    st.lists(st.integers(-2, 5), max_size=3),
+    st.booleans(),
+)
 inputs = st.fixed_dictionaries(
     {"command": commands},
     optional={
@@ -69,7 +99,9 @@ def test_unsafe_paths_are_refused_with_a_clear_error(path):
 
 
 @pytest.mark.parametrize("url", ["memory://", "sqlite:///:memory:"])
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(calls=st.lists(st.one_of(inputs, st.text(max_size=20)), min_size=1, max_size=12))
 def test_any_command_sequence_stays_inside_memories(url, calls):
     store = open_store(url)

@@ -36,16 +36,25 @@ def measured_bytes(store, files) -> int:
     """What the store itself reports holding for the namespace, measured outside our code."""
     kind = type(store).__name__
     if kind == "InMemoryStore":  # no server to ask: the content the process keeps
-        versions = sum(len((v.content or "").encode()) for e in files.files() for v in files.versions(e.path))
+        versions = sum(
+            len((v.content or "").encode()) for e in files.files() for v in files.versions(e.path)
+        )
         return sum(e.size for e in files.files()) + versions
     if kind == "SQLStore":
         with store.engine.connect() as connection:
-            if connection.dialect.name == "sqlite" and store.engine.url.database not in (None, "", ":memory:"):
+            if connection.dialect.name == "sqlite" and store.engine.url.database not in (
+                None,
+                "",
+                ":memory:",
+            ):
                 page = connection.exec_driver_sql("PRAGMA page_size").scalar()
-                used = connection.exec_driver_sql("PRAGMA page_count").scalar() - connection.exec_driver_sql(
-                    "PRAGMA freelist_count"
-                ).scalar()
-                return used * page  # every table of the file: an upper bound of the namespace's share
+                used = (
+                    connection.exec_driver_sql("PRAGMA page_count").scalar()
+                    - connection.exec_driver_sql("PRAGMA freelist_count").scalar()
+                )
+                return (
+                    used * page
+                )  # every table of the file: an upper bound of the namespace's share
             tables = store.tables
             total = 0
             for table in (tables.memory_files, tables.memory_versions):
@@ -54,7 +63,9 @@ def measured_bytes(store, files) -> int:
                     if connection.dialect.name == "sqlite"
                     else sa.func.octet_length(table.c.content)
                 )
-                total += connection.execute(sa.select(sa.func.coalesce(sa.func.sum(length), 0))).scalar()
+                total += connection.execute(
+                    sa.select(sa.func.coalesce(sa.func.sum(length), 0))
+                ).scalar()
             return int(total)
     if kind == "RedisStore":
         client, keys = store.client, files._keys
@@ -79,7 +90,14 @@ def test_a_file_edited_a_thousand_times_stays_within_the_namespace_bound(store):
         text = big_text()
         assert tool.run({"command": "create", "path": FILE, "file_text": text}).is_error is False
         for i in range(edits):
-            out = tool.run({"command": "str_replace", "path": FILE, "old_str": f"counter: {i}\n", "new_str": f"counter: {i + 1}\n"})
+            out = tool.run(
+                {
+                    "command": "str_replace",
+                    "path": FILE,
+                    "old_str": f"counter: {i}\n",
+                    "new_str": f"counter: {i + 1}\n",
+                }
+            )
             assert not out.is_error, out.text
         assert files.read(FILE).startswith(f"counter: {edits}\n")
         live, kept = files.stored_bytes()
@@ -91,11 +109,15 @@ def test_a_file_edited_a_thousand_times_stays_within_the_namespace_bound(store):
         assert len(versions) == LIMITS.version_bytes // live
         bound = LIMITS.max_namespace_bytes + LIMITS.version_bytes
         measured = measured_bytes(store, files)
-        assert live + kept <= measured or type(store).__name__ == "S3Store"  # S3 shares the current blob
+        assert (
+            live + kept <= measured or type(store).__name__ == "S3Store"
+        )  # S3 shares the current blob
         assert measured <= bound * (1 + OVERHEAD_SHARE) + OVERHEAD_FIXED, (measured, bound)
         # against the old behaviour (a full copy for each version: ~97 MB after 1,000 edits)
         assert measured < edits * live / 3
-        print(f"\n{type(store).__name__}: live {live} + versions {kept} (content); measured {measured} bytes")
+        print(
+            f"\n{type(store).__name__}: live {live} + versions {kept} (content); measured {measured} bytes"
+        )
     finally:
         files.clear()
 
@@ -124,7 +146,9 @@ def test_a_namespace_written_before_the_byte_budget_is_brought_within_it_by_its_
         assert len(new.versions(FILE)) == 61 and new.read(FILE).startswith("counter: 60\n")
         new.str_replace(FILE, "counter: 60\n", "counter: 61\n")
         live, kept = new.stored_bytes()
-        assert kept <= LIMITS.version_bytes and len(new.versions(FILE)) == LIMITS.version_bytes // live
+        assert (
+            kept <= LIMITS.version_bytes and len(new.versions(FILE)) == LIMITS.version_bytes // live
+        )
         assert new.versions(FILE)[-1].content == new.read(FILE)
         assert measured_bytes(store, new) <= (live + kept) * (1 + OVERHEAD_SHARE) + OVERHEAD_FIXED
     finally:
@@ -137,9 +161,13 @@ def test_a_change_bigger_than_the_version_budget_is_refused_before_anything_is_w
     tool = MemoryTool(files)
     try:
         for name in "abc":
-            tool.run({"command": "create", "path": f"/memories/d/{name}.md", "file_text": name * 900})
+            tool.run(
+                {"command": "create", "path": f"/memories/d/{name}.md", "file_text": name * 900}
+            )
         before = [(e.path, e.revision) for e in files.files()]
-        moved = tool.run({"command": "rename", "old_path": "/memories/d", "new_path": "/memories/e"})
+        moved = tool.run(
+            {"command": "rename", "old_path": "/memories/d", "new_path": "/memories/e"}
+        )
         assert moved.is_error and "at most 2500 are kept" in moved.text
         assert [(e.path, e.revision) for e in files.files()] == before
         assert files.stored_bytes()[1] <= 2_500
@@ -148,14 +176,19 @@ def test_a_change_bigger_than_the_version_budget_is_refused_before_anything_is_w
 
 
 def test_the_version_budget_drops_the_oldest_first_and_never_the_current_files(store):
-    limits = MemoryLimits(max_file_bytes=1_000, max_namespace_bytes=10_000, max_version_bytes=3_000, max_versions=50)
+    limits = MemoryLimits(
+        max_file_bytes=1_000, max_namespace_bytes=10_000, max_version_bytes=3_000, max_versions=50
+    )
     files = long_term_memory(store, "budget", limits=limits)
     try:
         files.create("/memories/keep.md", "k" * 900)
         for i in range(6):
             files.create(f"/memories/n{i}.md", str(i) * 800)
         assert files.stored_bytes() == (900 + 6 * 800, 3 * 800)
-        assert files.versions("/memories/keep.md") == [] and files.read("/memories/keep.md") == "k" * 900
+        assert (
+            files.versions("/memories/keep.md") == []
+            and files.read("/memories/keep.md") == "k" * 900
+        )
         assert [v.content for v in files.versions("/memories/n5.md")] == ["5" * 800]
         assert files.versions("/memories/n2.md") == []
     finally:
@@ -172,7 +205,11 @@ def test_the_live_limit_holds_inside_the_commit_for_racing_writers(store):
         assert files._commit({"/memories/c": None}, {"/memories/c": "c" * 100}) is False
         assert files._commit({"/memories/c": None}, {"/memories/c": "c" * 50}) is True
         assert files._commit({"/memories/d": None}, {"/memories/d": "d"}) is False
-        assert sorted(e.path for e in files.files()) == ["/memories/a", "/memories/b", "/memories/c"]
+        assert sorted(e.path for e in files.files()) == [
+            "/memories/a",
+            "/memories/b",
+            "/memories/c",
+        ]
     finally:
         files.clear()
 
@@ -181,15 +218,30 @@ def test_str_replace_of_a_frequent_string_answers_briefly(store):
     files = long_term_memory(store, "frequent", limits=MemoryLimits(max_file_bytes=250_000))
     tool = MemoryTool(files)
     try:
-        assert not tool.run({"command": "create", "path": "/memories/x.md", "file_text": "a\n" * 100_000}).is_error
-        out = tool.run({"command": "str_replace", "path": "/memories/x.md", "old_str": "a", "new_str": "b"})
+        assert not tool.run(
+            {"command": "create", "path": "/memories/x.md", "file_text": "a\n" * 100_000}
+        ).is_error
+        out = tool.run(
+            {"command": "str_replace", "path": "/memories/x.md", "old_str": "a", "new_str": "b"}
+        )
         assert out.is_error
         assert out.text == (
             "No replacement was performed. Multiple occurrences of old_str `a` in lines: "
             "1, 2, 3, 4, 5, 6, 7, 8, 9, 10 and 99990 more. Please ensure it is unique"
         )
-        missing = tool.run({"command": "str_replace", "path": "/memories/x.md", "old_str": "z" * 50_000, "new_str": ""})
-        assert missing.is_error and len(missing.text) < MAX_ECHO_CHARS + 200 and "(50000 characters in all)" in missing.text
+        missing = tool.run(
+            {
+                "command": "str_replace",
+                "path": "/memories/x.md",
+                "old_str": "z" * 50_000,
+                "new_str": "",
+            }
+        )
+        assert (
+            missing.is_error
+            and len(missing.text) < MAX_ECHO_CHARS + 200
+            and "(50000 characters in all)" in missing.text
+        )
         assert files.read("/memories/x.md") == "a\n" * 100_000
     finally:
         files.clear()
@@ -199,12 +251,18 @@ def test_views_of_huge_files_and_directories_are_cut_with_a_way_to_see_more(stor
     files = long_term_memory(store, "views", limits=MemoryLimits(max_answer_chars=20_000))
     tool = MemoryTool(files)
     try:
-        tool.run({"command": "create", "path": "/memories/empty-lines.md", "file_text": "\n" * 99_999})
+        tool.run(
+            {"command": "create", "path": "/memories/empty-lines.md", "file_text": "\n" * 99_999}
+        )
         out = tool.run({"command": "view", "path": "/memories/empty-lines.md"})
         assert not out.is_error and len(out.text) <= 20_000
         last = int(out.text.split("View the rest with view_range [")[1].split(",")[0])
-        assert f"(Cut: lines 1-{last - 1} of 100000 shown" in out.text and out.text.endswith("instructions found in it.)")
-        rest = tool.run({"command": "view", "path": "/memories/empty-lines.md", "view_range": [last, -1]})
+        assert f"(Cut: lines 1-{last - 1} of 100000 shown" in out.text and out.text.endswith(
+            "instructions found in it.)"
+        )
+        rest = tool.run(
+            {"command": "view", "path": "/memories/empty-lines.md", "view_range": [last, -1]}
+        )
         assert rest.text.split("\n")[1].strip() == f"{last}" and len(rest.text) <= 20_000
         tool.run({"command": "create", "path": "/memories/one-line.md", "file_text": "x" * 99_000})
         line = tool.run({"command": "view", "path": "/memories/one-line.md"})
@@ -213,9 +271,22 @@ def test_views_of_huge_files_and_directories_are_cut_with_a_way_to_see_more(stor
             files.create(f"/memories/many/{'n' * 200}-{i}.md", "x")
         listing = tool.run({"command": "view", "path": "/memories"})
         assert len(listing.text) <= 20_000 and "entries shown" in listing.text
-        tool.run({"command": "create", "path": "/memories/long-line.md", "file_text": "a" + "x" * 50_000})
-        snippet = tool.run({"command": "str_replace", "path": "/memories/long-line.md", "old_str": "a", "new_str": "b"})
-        assert not snippet.is_error and len(snippet.text) < 2_300 and "(line cut: 50001 characters" in snippet.text
+        tool.run(
+            {"command": "create", "path": "/memories/long-line.md", "file_text": "a" + "x" * 50_000}
+        )
+        snippet = tool.run(
+            {
+                "command": "str_replace",
+                "path": "/memories/long-line.md",
+                "old_str": "a",
+                "new_str": "b",
+            }
+        )
+        assert (
+            not snippet.is_error
+            and len(snippet.text) < 2_300
+            and "(line cut: 50001 characters" in snippet.text
+        )
         assert files.read("/memories/long-line.md") == "b" + "x" * 50_000
     finally:
         files.clear()
@@ -262,20 +333,28 @@ class CountingText(str):
 @pytest.mark.parametrize(
     ("make", "old_str"),
     [
-        (lambda n: "a\n" * n, "a"),  # frequent, on every line: the reference implementation's quadratic case
+        (
+            lambda n: "a\n" * n,
+            "a",
+        ),  # frequent, on every line: the reference implementation's quadratic case
         (lambda n: "a" * n, "aa"),  # overlapping occurrences (a periodic old_str)
-        (lambda n: "note\n" * n + "unique\n", "unique"),  # one occurrence at the end: an edit is made
+        (
+            lambda n: "note\n" * n + "unique\n",
+            "unique",
+        ),  # one occurrence at the end: an edit is made
     ],
     ids=["frequent", "overlapping", "unique"],
 )
 def test_str_replace_work_grows_linearly_with_the_file(memory_store, make, old_str):
     def work_for(n: int) -> int:
-        files = long_term_memory(memory_store, f"work-{n}", limits=MemoryLimits(max_file_bytes=1_000_000))
+        files = long_term_memory(
+            memory_store, f"work-{n}", limits=MemoryLimits(max_file_bytes=1_000_000)
+        )
         files.create("/memories/x.md", CountingText(make(n)))
         CountingText.work = 0
         try:
             files.str_replace("/memories/x.md", old_str, "b")
-        except Exception as exc:  # noqa: BLE001 - a refusal is an answer too; only the work matters
+        except Exception as exc:
             assert "Multiple occurrences" in str(exc)
         return CountingText.work
 
@@ -304,7 +383,9 @@ def assert_generic_error(out, caplog, secret: str) -> None:
     error_id = out.text.split("error id ")[1].split(")")[0]
     assert secret not in out.text and len(out.text) < 100
     logged = [r for r in caplog.records if error_id in r.getMessage()]
-    assert len(logged) == 1 and logged[0].levelno == logging.ERROR and logged[0].exc_info is not None
+    assert (
+        len(logged) == 1 and logged[0].levelno == logging.ERROR and logged[0].exc_info is not None
+    )
     assert secret in "".join(logging.Formatter().formatException(logged[0].exc_info))
 
 
@@ -322,9 +403,20 @@ def test_a_real_database_failure_reaches_the_model_without_its_sql(sqlite_store,
 
 BAD_ARGUMENTS = [
     ("[" * 1_000 + "]" * 1_000, "nested 1,000 levels deep"),
-    ('{"command": "view", "path": "/memories", "view_range": ' + "[" * 1_000 + "]" * 1_000 + "}", "nested 1,001 levels"),
-    ('{"command": "insert", "path": "/memories/a", "insert_line": ' + "9" * 5_000 + ', "insert_text": "x"}', "of 5,000 digits"),
-    ({"command": "insert", "path": "/memories/a", "insert_line": 10**5_000, "insert_text": "x"}, "of about 5,001 digits"),
+    (
+        '{"command": "view", "path": "/memories", "view_range": ' + "[" * 1_000 + "]" * 1_000 + "}",
+        "nested 1,001 levels",
+    ),
+    (
+        '{"command": "insert", "path": "/memories/a", "insert_line": '
+        + "9" * 5_000
+        + ', "insert_text": "x"}',
+        "of 5,000 digits",
+    ),
+    (
+        {"command": "insert", "path": "/memories/a", "insert_line": 10**5_000, "insert_text": "x"},
+        "of about 5,001 digits",
+    ),
     ({"command": "view", "path": "/memories", "view_range": [1, 2**70]}, "of about 22 digits"),
     ('"just text"', "got str"),
     ("[1, 2]", "got list"),
@@ -333,9 +425,15 @@ BAD_ARGUMENTS = [
     ("{not json", "not valid JSON"),
     ({"command": ["view"]}, "Unknown command: ['view']"),
     ({"command": "view", "path": 7}, "Invalid `path` parameter: 7"),
-    ({"command": "insert", "path": "/memories/a", "insert_line": "2", "insert_text": "x"}, "It should be an integer"),
+    (
+        {"command": "insert", "path": "/memories/a", "insert_line": "2", "insert_text": "x"},
+        "It should be an integer",
+    ),
     ({"command": "view", "path": "/memories/a", "view_range": "all"}, "list of two integers"),
-    ({"command": "create", "path": "/memories/b", "file_text": {"nested": True}}, "must be a string, got dict"),
+    (
+        {"command": "create", "path": "/memories/b", "file_text": {"nested": True}},
+        "must be a string, got dict",
+    ),
 ]
 
 
@@ -364,37 +462,49 @@ def test_a_dict_nested_past_the_limit_or_cyclic_is_refused_without_recursing(mem
 
 
 def test_listed_lines_follow_the_reference_implementation_up_to_the_cap(tmp_path):
-    from anthropic.tools import BetaLocalFilesystemMemoryTool
     from anthropic.lib.tools._beta_functions import ToolError
+    from anthropic.tools import BetaLocalFilesystemMemoryTool
     from anthropic.types.beta import BetaMemoryTool20250818StrReplaceCommand
 
     reference = BetaLocalFilesystemMemoryTool(str(tmp_path))
     ours = long_term_memory("memory://", "reference")
-    cases = {"aaa\naa\nxaax\n": "aa", "ab\nab\n": "ab", "x\nab\nab\nab\n": "ab", "aaaa": "aa", "aaa": "aa"}
+    cases = {
+        "aaa\naa\nxaax\n": "aa",
+        "ab\nab\n": "ab",
+        "x\nab\nab\nab\n": "ab",
+        "aaaa": "aa",
+        "aaa": "aa",
+    }
     for content, old in cases.items():
         (tmp_path / "memories").mkdir(exist_ok=True)
         (tmp_path / "memories" / "f.md").write_text(content)
         ours.clear()
         ours.create("/memories/f.md", content)
-        command = BetaMemoryTool20250818StrReplaceCommand(command="str_replace", path="/memories/f.md", old_str=old, new_str="Z")
+        command = BetaMemoryTool20250818StrReplaceCommand(
+            command="str_replace", path="/memories/f.md", old_str=old, new_str="Z"
+        )
         try:
             expected = reference.str_replace(command)
         except ToolError as exc:
             expected = str(exc)
         try:
             got = ours.str_replace("/memories/f.md", old, "Z")
-        except Exception as exc:  # noqa: BLE001 - the refusal text is what is compared
+        except Exception as exc:
             got = str(exc)
         assert got == expected, (content, old)
     for content, old in {"ab\n" * 25: "ab", "a" * 30: "aa", "xabab\n" * 12: "abab"}.items():
         (tmp_path / "memories" / "f.md").write_text(content)
         ours.clear()
         ours.create("/memories/f.md", content)
-        command = BetaMemoryTool20250818StrReplaceCommand(command="str_replace", path="/memories/f.md", old_str=old, new_str="Z")
+        command = BetaMemoryTool20250818StrReplaceCommand(
+            command="str_replace", path="/memories/f.md", old_str=old, new_str="Z"
+        )
         with pytest.raises(ToolError) as refused:
             reference.str_replace(command)
         listed = str(refused.value).split("in lines: ")[1].split(". Please")[0].split(", ")
-        shortened = ", ".join(listed[:MAX_LISTED_LINES]) + f" and {len(listed) - MAX_LISTED_LINES} more"
+        shortened = (
+            ", ".join(listed[:MAX_LISTED_LINES]) + f" and {len(listed) - MAX_LISTED_LINES} more"
+        )
         expected = str(refused.value).replace(", ".join(listed), shortened)
         with pytest.raises(Exception) as ours_refused:
             ours.str_replace("/memories/f.md", old, "Z")

@@ -6,9 +6,8 @@ import pytest
 
 from chat_memory import open_store
 from chat_memory.longterm import long_term_memory
-from tests.workers import edit_memory_file
-
 from tests.conftest import WRITER_PROCESSES as WRITERS
+from tests.workers import edit_memory_file
 
 EDITS = 12
 
@@ -19,11 +18,23 @@ def test_eight_processes_editing_one_file_lose_nothing(store_url, writer_process
     files = long_term_memory(store, "team")
     try:
         files.create("/memories/shared.md", "# Shared notes\n")
-        done = list(writer_processes.map(edit_memory_file, [store_url] * WRITERS, ["team"] * WRITERS, range(WRITERS), [EDITS] * WRITERS))
+        done = list(
+            writer_processes.map(
+                edit_memory_file,
+                [store_url] * WRITERS,
+                ["team"] * WRITERS,
+                range(WRITERS),
+                [EDITS] * WRITERS,
+            )
+        )
         assert done == [EDITS] * WRITERS
         lines = files.read("/memories/shared.md").splitlines()
         expected = {f"w{w}-e{i}" for w in range(WRITERS) for i in range(EDITS)}
-        assert lines[0] == "# Shared notes" and len(lines) == len(expected) + 1 and set(lines[1:]) == expected
+        assert (
+            lines[0] == "# Shared notes"
+            and len(lines) == len(expected) + 1
+            and set(lines[1:]) == expected
+        )
         for w in range(WRITERS):  # each writer's own edits keep their order (newest inserted first)
             mine = [int(line.split("-e")[1]) for line in lines[1:] if line.startswith(f"w{w}-")]
             assert mine == sorted(mine, reverse=True)

@@ -62,7 +62,10 @@ def test_racing_a_file_and_a_file_under_it_never_makes_both(store):
             landed = [r for r in results if not r.is_error]
             assert len(landed) == 1, (round_number, results)
             refused = next(r for r in results if r.is_error)
-            assert refused.text in ("File /memories/a already exists", "The path /memories/a is a file, not a directory.")
+            assert refused.text in (
+                "File /memories/a already exists",
+                "The path /memories/a is a file, not a directory.",
+            )
             files[0].delete("/memories/a")
     finally:
         files[0].clear()

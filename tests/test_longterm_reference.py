@@ -37,25 +37,68 @@ from chat_memory.longterm.tool import REFERENCE_NOTE
 
 #: path forms a model writes: files, directories, nested ones, dot-files, the root, a trailing /
 PATHS = [
-    "/memories", "/memories/", "/memories/a", "/memories/a/", "/memories/a/b.md", "/memories/a/c",
-    "/memories/a/c/d.md", "/memories/a/c/e/f.md", "/memories/a.md", "/memories/a/b.md/x", "/memories/a/c/e",
-    "/memories/a/c/e/g/h.md", "/memories/notes", "/memories/notes/", "/memories/notes.md", "/memories/.h",
-    "/memories/notes/x.md", "/memories/.hidden", "/memories/.h/x.md", "/memories/a/.z", "/memories/B.md",
+    "/memories",
+    "/memories/",
+    "/memories/a",
+    "/memories/a/",
+    "/memories/a/b.md",
+    "/memories/a/c",
+    "/memories/a/c/d.md",
+    "/memories/a/c/e/f.md",
+    "/memories/a.md",
+    "/memories/a/b.md/x",
+    "/memories/a/c/e",
+    "/memories/a/c/e/g/h.md",
+    "/memories/notes",
+    "/memories/notes/",
+    "/memories/notes.md",
+    "/memories/.h",
+    "/memories/notes/x.md",
+    "/memories/.hidden",
+    "/memories/.h/x.md",
+    "/memories/a/.z",
+    "/memories/B.md",
 ]
 #: forms the reference refuses or resolves, and ours refuses
-ODD_PATHS = ["", "/etc", "/memoriesx", "/memories/..", "/memories/../etc", "/memories/a/..", "/memories/./a", "/memories//a"]
+ODD_PATHS = [
+    "",
+    "/etc",
+    "/memoriesx",
+    "/memories/..",
+    "/memories/../etc",
+    "/memories/a/..",
+    "/memories/./a",
+    "/memories//a",
+]
 TEXTS = ["", "x", "one\ntwo\n", "a\nb\nc\nd\ne\nf\n", "x\r\ny", "xx", "\n", "two\n"]
 OLD = ["", "x", "two", "a", "\n", "zzz", "b\nc", "\r"]
 NEW = ["", "y", "X\nY"]
 INSERT_LINES = [-1, 0, 1, 2, 3, 7]
 INSERT_TEXTS = ["", "new", "n1\nn2\n", "\n", "\r"]
-VIEW_RANGES = [None, [0, 2], [1, -1], [2, 3], [3, 1], [-2, 2], [1, -3], [0, 0], [5, -1], [2, 2], [], [1], [1, 2, 3]]
+VIEW_RANGES = [
+    None,
+    [0, 2],
+    [1, -1],
+    [2, 3],
+    [3, 1],
+    [-2, 2],
+    [1, -3],
+    [0, 0],
+    [5, -1],
+    [2, 2],
+    [],
+    [1],
+    [1, 2, 3],
+]
 #: (sequences, commands each) per store: enough to meet every difference the alphabet allows,
 #: within the time the slowest store (S3 over HTTP) has
 SEQUENCES, STEPS = 12, 30
 
 _DIRECTORY_SIZE = re.compile(r"^[0-9.]+[BKMG]\t(?=.*/$)")
-_LINES = re.compile(r"(Multiple occurrences of old_str `.*` in lines: )([0-9, ]+)(\. Please ensure it is unique)", re.S)
+_LINES = re.compile(
+    r"(Multiple occurrences of old_str `.*` in lines: )([0-9, ]+)(\. Please ensure it is unique)",
+    re.S,
+)
 
 
 def random_path(rng: random.Random, tree: dict[str, str], existing: float = 0.45) -> str:
@@ -72,7 +115,19 @@ def random_path(rng: random.Random, tree: dict[str, str], existing: float = 0.45
 
 def random_command(rng: random.Random, tree: dict[str, str]) -> dict[str, Any]:
     """One command over a small alphabet; ``tree`` (relative path -> content) is what exists."""
-    command = rng.choice(["view", "view", "create", "create", "str_replace", "str_replace", "insert", "delete", "rename"])
+    command = rng.choice(
+        [
+            "view",
+            "view",
+            "create",
+            "create",
+            "str_replace",
+            "str_replace",
+            "insert",
+            "delete",
+            "rename",
+        ]
+    )
     path = random_path(rng, tree, 0.75 if command in ("str_replace", "insert") else 0.45)
     if command == "view":
         call: dict[str, Any] = {"command": "view", "path": path}
@@ -92,13 +147,20 @@ def random_command(rng: random.Random, tree: dict[str, str]) -> dict[str, Any]:
     if command == "insert":
         lines = tree.get(path[len("/memories/") :], "").count("\n")
         line = rng.choice(INSERT_LINES) if rng.random() < 0.4 else rng.randint(0, lines + 1)
-        return {"command": "insert", "path": path, "insert_line": line, "insert_text": rng.choice(INSERT_TEXTS)}
+        return {
+            "command": "insert",
+            "path": path,
+            "insert_line": line,
+            "insert_text": rng.choice(INSERT_TEXTS),
+        }
     if command == "delete":
         return {"command": "delete", "path": path}
     return {"command": "rename", "old_path": path, "new_path": random_path(rng, tree)}
 
 
-def reference_answer(reference: BetaLocalFilesystemMemoryTool, call: dict[str, Any]) -> tuple[str | None, bool]:
+def reference_answer(
+    reference: BetaLocalFilesystemMemoryTool, call: dict[str, Any]
+) -> tuple[str | None, bool]:
     """(text, is_error) as the SDK's tool runner would send it; text None when the reference
     failed with a Python exception (normalisation 3)."""
     try:
@@ -112,7 +174,7 @@ def reference_answer(reference: BetaLocalFilesystemMemoryTool, call: dict[str, A
 
 
 def _remove_empty_directories(root: Path) -> None:
-    for directory, subdirectories, files in os.walk(root, topdown=False):
+    for directory, _subdirectories, _files in os.walk(root, topdown=False):
         if Path(directory) != root and not os.listdir(directory):
             os.rmdir(directory)
 
@@ -136,14 +198,18 @@ def normalised(text: str) -> str:
 def reference_tree(reference: BetaLocalFilesystemMemoryTool) -> dict[str, str]:
     root = reference.memory_root
     return {
-        str(Path(directory, name).relative_to(root)): Path(directory, name).read_bytes().decode("utf-8")
+        str(Path(directory, name).relative_to(root)): Path(directory, name)
+        .read_bytes()
+        .decode("utf-8")
         for directory, _subdirectories, names in os.walk(root)
         for name in names
     }
 
 
 def our_tree(tool: MemoryTool) -> dict[str, str]:
-    return {entry.path[len("/memories/") :]: tool.files.read(entry.path) for entry in tool.files.files()}
+    return {
+        entry.path[len("/memories/") :]: tool.files.read(entry.path) for entry in tool.files.files()
+    }
 
 
 def refused_by_us_only(call: dict[str, Any]) -> str | None:
@@ -154,14 +220,16 @@ def refused_by_us_only(call: dict[str, Any]) -> str | None:
                 check_path(call[field], field=field)
             except MemoryPathError as exc:  # the first refused path decides, as in both tools
                 text = str(exc)
-                reference_too = text.startswith("Path must start with /memories, got:") or text.endswith(
-                    "would escape /memories directory"
-                )
+                reference_too = text.startswith(
+                    "Path must start with /memories, got:"
+                ) or text.endswith("would escape /memories directory")
                 return None if reference_too else text
     return None
 
 
-def step(reference: BetaLocalFilesystemMemoryTool, tool: MemoryTool, call: dict[str, Any], where: str) -> None:
+def step(
+    reference: BetaLocalFilesystemMemoryTool, tool: MemoryTool, call: dict[str, Any], where: str
+) -> None:
     """Run one call through both and compare what the model sees and what is stored."""
     ours = tool.run(call)
     refusal = refused_by_us_only(call)
@@ -199,81 +267,140 @@ def test_seeded_random_command_sequences_answer_as_the_reference(pair):
         rng = random.Random(seed)
         reference, tool = pair(f"seed-{seed}")
         for number in range(STEPS):
-            step(reference, tool, random_command(rng, reference_tree(reference)), f"seed {seed}, step {number}")
+            step(
+                reference,
+                tool,
+                random_command(rng, reference_tree(reference)),
+                f"seed {seed}, step {number}",
+            )
 
 
 EDGE_CASES: list[tuple[str, list[dict[str, Any]]]] = [
-    ("a path outside is echoed unquoted", [{"command": "view", "path": "/etc"}, {"command": "delete", "path": ""}]),
-    ("escaping the root", [{"command": "view", "path": "/memories/../etc"}, {"command": "create", "path": "/memories/..", "file_text": "x"}]),
-    ("dot-files are not listed", [
-        {"command": "create", "path": "/memories/.secret", "file_text": "x"},
-        {"command": "create", "path": "/memories/.h/x.md", "file_text": "x"},
-        {"command": "create", "path": "/memories/a/.z", "file_text": "x"},
-        {"command": "view", "path": "/memories"},
-        {"command": "view", "path": "/memories/.h"},
-    ]),
-    ("a directory before the file that sorts after it", [
-        {"command": "create", "path": "/memories/notes.md", "file_text": "x"},
-        {"command": "create", "path": "/memories/notes/x.md", "file_text": "y"},
-        {"command": "create", "path": "/memories/B.md", "file_text": "z"},
-        {"command": "create", "path": "/memories/notes/deep/er/f.md", "file_text": "w"},
-        {"command": "view", "path": "/memories"},
-        {"command": "view", "path": "/memories/notes/"},
-    ]),
-    ("view_range as the reference reads it", [
-        {"command": "create", "path": "/memories/f.md", "file_text": "a\nb\nc\nd\n"},
-        *({"command": "view", "path": "/memories/f.md", "view_range": r} for r in VIEW_RANGES[1:]),
-        {"command": "view", "path": "/memories", "view_range": [0, 2]},
-    ]),
-    ("create over a directory, the root, a file", [
-        {"command": "create", "path": "/memories/a/b.md", "file_text": "x"},
-        {"command": "create", "path": "/memories/a", "file_text": "x"},
-        {"command": "create", "path": "/memories/a/", "file_text": "x"},
-        {"command": "create", "path": "/memories", "file_text": "x"},
-        {"command": "create", "path": "/memories/a/b.md", "file_text": "x"},
-    ]),
-    ("rename onto itself, onto the root, a missing one onto an existing one", [
-        {"command": "create", "path": "/memories/a.md", "file_text": "x"},
-        {"command": "create", "path": "/memories/d/e.md", "file_text": "y"},
-        {"command": "rename", "old_path": "/memories/a.md", "new_path": "/memories/a.md"},
-        {"command": "rename", "old_path": "/memories/d", "new_path": "/memories/d"},
-        {"command": "rename", "old_path": "/memories/a.md", "new_path": "/memories"},
-        {"command": "rename", "old_path": "/memories/missing", "new_path": "/memories/a.md"},
-        {"command": "rename", "old_path": "/memories/", "new_path": "/memories/x"},
-        {"command": "rename", "old_path": "/memories/d/", "new_path": "/memories/n/m"},
-        {"command": "view", "path": "/memories"},
-    ]),
-    ("an empty old_str", [
-        {"command": "create", "path": "/memories/empty.md", "file_text": ""},
-        {"command": "str_replace", "path": "/memories/empty.md", "old_str": "", "new_str": "filled"},
-        {"command": "str_replace", "path": "/memories/empty.md", "old_str": "", "new_str": "again"},
-        {"command": "create", "path": "/memories/long.md", "file_text": "abc\ndefgh\nij\n"},
-        {"command": "str_replace", "path": "/memories/long.md", "old_str": "", "new_str": "z"},
-    ]),
-    ("str_replace and insert on the root, empty or not", [
-        {"command": "str_replace", "path": "/memories", "old_str": "a", "new_str": "b"},
-        {"command": "insert", "path": "/memories/", "insert_line": 0, "insert_text": "b"},
-        {"command": "create", "path": "/memories/x.md", "file_text": "a"},
-        {"command": "str_replace", "path": "/memories", "old_str": "a", "new_str": "b"},
-        {"command": "delete", "path": "/memories/"},
-    ]),
-    ("a path repeated as written: a trailing / on a file, non-ASCII names", [
-        {"command": "create", "path": "/memories/x/", "file_text": "a\nb"},
-        {"command": "str_replace", "path": "/memories/x/", "old_str": "a", "new_str": "c"},
-        {"command": "insert", "path": "/memories/x/", "insert_line": 2, "insert_text": "d"},
-        {"command": "rename", "old_path": "/memories/x/", "new_path": "/memories/y/z/"},
-        {"command": "create", "path": "/memories/é/ü.md", "file_text": "ßß"},
-        {"command": "view", "path": "/memories/"},
-        {"command": "delete", "path": "/memories/y/z/"},
-        {"command": "view", "path": "/memories/y"},
-    ]),
-    ("carriage returns and trailing newlines on insert", [
-        {"command": "create", "path": "/memories/cr.md", "file_text": "one\r\ntwo\r\n\n"},
-        {"command": "insert", "path": "/memories/cr.md", "insert_line": 3, "insert_text": "\n"},
-        {"command": "insert", "path": "/memories/cr.md", "insert_line": 1, "insert_text": "mid\r"},
-        {"command": "view", "path": "/memories/cr.md"},
-        {"command": "insert", "path": "/memories/cr.md", "insert_line": 9, "insert_text": "x"},
-    ]),
+    (
+        "a path outside is echoed unquoted",
+        [{"command": "view", "path": "/etc"}, {"command": "delete", "path": ""}],
+    ),
+    (
+        "escaping the root",
+        [
+            {"command": "view", "path": "/memories/../etc"},
+            {"command": "create", "path": "/memories/..", "file_text": "x"},
+        ],
+    ),
+    (
+        "dot-files are not listed",
+        [
+            {"command": "create", "path": "/memories/.secret", "file_text": "x"},
+            {"command": "create", "path": "/memories/.h/x.md", "file_text": "x"},
+            {"command": "create", "path": "/memories/a/.z", "file_text": "x"},
+            {"command": "view", "path": "/memories"},
+            {"command": "view", "path": "/memories/.h"},
+        ],
+    ),
+    (
+        "a directory before the file that sorts after it",
+        [
+            {"command": "create", "path": "/memories/notes.md", "file_text": "x"},
+            {"command": "create", "path": "/memories/notes/x.md", "file_text": "y"},
+            {"command": "create", "path": "/memories/B.md", "file_text": "z"},
+            {"command": "create", "path": "/memories/notes/deep/er/f.md", "file_text": "w"},
+            {"command": "view", "path": "/memories"},
+            {"command": "view", "path": "/memories/notes/"},
+        ],
+    ),
+    (
+        "view_range as the reference reads it",
+        [
+            {"command": "create", "path": "/memories/f.md", "file_text": "a\nb\nc\nd\n"},
+            *(
+                {"command": "view", "path": "/memories/f.md", "view_range": r}
+                for r in VIEW_RANGES[1:]
+            ),
+            {"command": "view", "path": "/memories", "view_range": [0, 2]},
+        ],
+    ),
+    (
+        "create over a directory, the root, a file",
+        [
+            {"command": "create", "path": "/memories/a/b.md", "file_text": "x"},
+            {"command": "create", "path": "/memories/a", "file_text": "x"},
+            {"command": "create", "path": "/memories/a/", "file_text": "x"},
+            {"command": "create", "path": "/memories", "file_text": "x"},
+            {"command": "create", "path": "/memories/a/b.md", "file_text": "x"},
+        ],
+    ),
+    (
+        "rename onto itself, onto the root, a missing one onto an existing one",
+        [
+            {"command": "create", "path": "/memories/a.md", "file_text": "x"},
+            {"command": "create", "path": "/memories/d/e.md", "file_text": "y"},
+            {"command": "rename", "old_path": "/memories/a.md", "new_path": "/memories/a.md"},
+            {"command": "rename", "old_path": "/memories/d", "new_path": "/memories/d"},
+            {"command": "rename", "old_path": "/memories/a.md", "new_path": "/memories"},
+            {"command": "rename", "old_path": "/memories/missing", "new_path": "/memories/a.md"},
+            {"command": "rename", "old_path": "/memories/", "new_path": "/memories/x"},
+            {"command": "rename", "old_path": "/memories/d/", "new_path": "/memories/n/m"},
+            {"command": "view", "path": "/memories"},
+        ],
+    ),
+    (
+        "an empty old_str",
+        [
+            {"command": "create", "path": "/memories/empty.md", "file_text": ""},
+            {
+                "command": "str_replace",
+                "path": "/memories/empty.md",
+                "old_str": "",
+                "new_str": "filled",
+            },
+            {
+                "command": "str_replace",
+                "path": "/memories/empty.md",
+                "old_str": "",
+                "new_str": "again",
+            },
+            {"command": "create", "path": "/memories/long.md", "file_text": "abc\ndefgh\nij\n"},
+            {"command": "str_replace", "path": "/memories/long.md", "old_str": "", "new_str": "z"},
+        ],
+    ),
+    (
+        "str_replace and insert on the root, empty or not",
+        [
+            {"command": "str_replace", "path": "/memories", "old_str": "a", "new_str": "b"},
+            {"command": "insert", "path": "/memories/", "insert_line": 0, "insert_text": "b"},
+            {"command": "create", "path": "/memories/x.md", "file_text": "a"},
+            {"command": "str_replace", "path": "/memories", "old_str": "a", "new_str": "b"},
+            {"command": "delete", "path": "/memories/"},
+        ],
+    ),
+    (
+        "a path repeated as written: a trailing / on a file, non-ASCII names",
+        [
+            {"command": "create", "path": "/memories/x/", "file_text": "a\nb"},
+            {"command": "str_replace", "path": "/memories/x/", "old_str": "a", "new_str": "c"},
+            {"command": "insert", "path": "/memories/x/", "insert_line": 2, "insert_text": "d"},
+            {"command": "rename", "old_path": "/memories/x/", "new_path": "/memories/y/z/"},
+            {"command": "create", "path": "/memories/é/ü.md", "file_text": "ßß"},
+            {"command": "view", "path": "/memories/"},
+            {"command": "delete", "path": "/memories/y/z/"},
+            {"command": "view", "path": "/memories/y"},
+        ],
+    ),
+    (
+        "carriage returns and trailing newlines on insert",
+        [
+            {"command": "create", "path": "/memories/cr.md", "file_text": "one\r\ntwo\r\n\n"},
+            {"command": "insert", "path": "/memories/cr.md", "insert_line": 3, "insert_text": "\n"},
+            {
+                "command": "insert",
+                "path": "/memories/cr.md",
+                "insert_line": 1,
+                "insert_text": "mid\r",
+            },
+            {"command": "view", "path": "/memories/cr.md"},
+            {"command": "insert", "path": "/memories/cr.md", "insert_line": 9, "insert_text": "x"},
+        ],
+    ),
 ]
 
 
@@ -286,14 +413,27 @@ def test_edge_cases_answer_as_the_reference(pair, case, calls):
 
 def test_the_fixed_texts(memory_store):
     tool = MemoryTool(long_term_memory(memory_store, "texts"), reference_note=False)
-    assert tool.run({"command": "view", "path": "/etc"}).text == "Path must start with /memories, got: /etc"
+    assert (
+        tool.run({"command": "view", "path": "/etc"}).text
+        == "Path must start with /memories, got: /etc"
+    )
     tool({"command": "create", "path": "/memories/notes.md", "file_text": "1"})
     tool({"command": "create", "path": "/memories/notes/a.md", "file_text": "22"})
     tool({"command": "create", "path": "/memories/.env", "file_text": "333"})
     assert tool({"command": "view", "path": "/memories"}).split("\n")[1:] == [
-        "6B\t/memories", "2B\t/memories/notes/", "2B\t/memories/notes/a.md", "1B\t/memories/notes.md",
+        "6B\t/memories",
+        "2B\t/memories/notes/",
+        "2B\t/memories/notes/a.md",
+        "1B\t/memories/notes.md",
     ]
-    assert tool({"command": "view", "path": "/memories/notes.md", "view_range": [0, 2]}).endswith("     1\t1")
-    assert tool.run({"command": "create", "path": "/memories/notes", "file_text": "x"}).text == "File /memories/notes already exists"
-    same = tool.run({"command": "rename", "old_path": "/memories/notes", "new_path": "/memories/notes"})
+    assert tool({"command": "view", "path": "/memories/notes.md", "view_range": [0, 2]}).endswith(
+        "     1\t1"
+    )
+    assert (
+        tool.run({"command": "create", "path": "/memories/notes", "file_text": "x"}).text
+        == "File /memories/notes already exists"
+    )
+    same = tool.run(
+        {"command": "rename", "old_path": "/memories/notes", "new_path": "/memories/notes"}
+    )
     assert same.is_error and same.text == "The destination /memories/notes already exists"

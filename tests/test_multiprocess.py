@@ -6,22 +6,34 @@ import pytest
 
 from chat_memory import ChatMemory, EventType, MemoryConfig, open_store
 from chat_memory.events import split_turns
-from tests.workers import append_turns
-
 from tests.conftest import WRITER_PROCESSES as WRITERS
+from tests.workers import append_turns
 
 TURNS = 25
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("strategy", ["turn_window", "sliding_window", "none"])  # none: the lean append
+@pytest.mark.parametrize(
+    "strategy", ["turn_window", "sliding_window", "none"]
+)  # none: the lean append
 def test_eight_processes_lose_nothing(store_url, strategy, writer_processes):
-    done = list(writer_processes.map(append_turns, [store_url] * WRITERS, ["shared"] * WRITERS, range(WRITERS), [TURNS] * WRITERS, [strategy] * WRITERS))
+    done = list(
+        writer_processes.map(
+            append_turns,
+            [store_url] * WRITERS,
+            ["shared"] * WRITERS,
+            range(WRITERS),
+            [TURNS] * WRITERS,
+            [strategy] * WRITERS,
+        )
+    )
     assert done == [TURNS] * WRITERS
 
     store = open_store(store_url)
     try:
-        memory = ChatMemory(store, MemoryConfig(compaction_strategy=strategy, max_turns=3, max_events=6))
+        memory = ChatMemory(
+            store, MemoryConfig(compaction_strategy=strategy, max_turns=3, max_events=6)
+        )
         history = memory.history("shared")
         assert [e.seq for e in history] == list(range(1, len(history) + 1))
         users = [e for e in history if e.type is EventType.USER]

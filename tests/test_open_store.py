@@ -58,7 +58,9 @@ def test_every_backend_exposes_the_same_public_methods():
             # same parameters as the protocol (the error wrapper keeps the signature visible)
             ours = list(inspect.signature(getattr(cls, name)).parameters)
             protocol = list(inspect.signature(getattr(Store, name)).parameters)
-            assert ours[: len(protocol)] == protocol, f"{class_name}.{name}{ours} differs from Store.{name}{protocol}"
+            assert ours[: len(protocol)] == protocol, (
+                f"{class_name}.{name}{ours} differs from Store.{name}{protocol}"
+            )
         if issubclass(cls, CompactsWhileAppending):
             assert list(inspect.signature(cls.append_compacting).parameters) == list(
                 inspect.signature(CompactsWhileAppending.append_compacting).parameters

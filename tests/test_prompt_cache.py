@@ -23,7 +23,9 @@ LIMITS = {
 }
 
 # one turn: a user message, then (tool call, result size in words) pairs, then an answer
-turn_shape = st.tuples(st.integers(1, 30), st.lists(st.integers(1, 60), max_size=3), st.integers(1, 30))
+turn_shape = st.tuples(
+    st.integers(1, 30), st.lists(st.integers(1, 60), max_size=3), st.integers(1, 30)
+)
 
 
 def _config(strategy: str, limit: int, ratio: float) -> MemoryConfig:
@@ -52,7 +54,9 @@ def _events(turns: list[tuple[int, list[int], int]]) -> list[Event]:
     ratio=st.floats(0.05, 1.0),
     turns=st.lists(turn_shape, min_size=1, max_size=25),
 )
-def test_compaction_goes_down_to_the_ratio_and_leaves_the_prefix_alone_until_the_next(strategy, data, ratio, turns):
+def test_compaction_goes_down_to_the_ratio_and_leaves_the_prefix_alone_until_the_next(
+    strategy, data, ratio, turns
+):
     field, measure, limits = LIMITS[strategy]
     limit = data.draw(limits)
     config = _config(strategy, limit, ratio)
@@ -70,8 +74,14 @@ def test_compaction_goes_down_to_the_ratio_and_leaves_the_prefix_alone_until_the
             assert window.summary == previous.summary
             assert measure(window) <= limit or len(turn_starts(window.active)) == 1
         else:
-            assert now == before[len(before) - len(now):], "a compaction archives a prefix, nothing else"
-            grown = Window(active=(*previous.active, window.active[-1]), pinned=previous.pinned, summary=previous.summary)
+            assert now == before[len(before) - len(now) :], (
+                "a compaction archives a prefix, nothing else"
+            )
+            grown = Window(
+                active=(*previous.active, window.active[-1]),
+                pinned=previous.pinned,
+                summary=previous.summary,
+            )
             assert measure(grown) > limit, "the trigger is the limit itself, not the ratio"
             # over the ratio's target only to keep the newest MIN_KEPT_TURNS turns (within the limit)
             assert measure(window) <= target or len(turn_starts(window.active)) <= MIN_KEPT_TURNS, (
@@ -82,7 +92,10 @@ def test_compaction_goes_down_to_the_ratio_and_leaves_the_prefix_alone_until_the
 
 def test_a_ratio_of_one_keeps_the_old_behaviour_and_half_compacts_to_half():
     def turns_after(ratio: float, n: int) -> int:
-        memory = ChatMemory(InMemoryStore(), MemoryConfig(compaction_strategy="turn_window", max_turns=4, compact_to_ratio=ratio))
+        memory = ChatMemory(
+            InMemoryStore(),
+            MemoryConfig(compaction_strategy="turn_window", max_turns=4, compact_to_ratio=ratio),
+        )
         for t in range(n):
             memory.add("c", [Event.user(f"q{t}"), Event.assistant(f"a{t}")])
         return memory.stats("c").turns
@@ -96,7 +109,9 @@ def test_compact_target_rounds_down_but_keeps_at_least_one():
     assert [compact_target(10, r) for r in (1.0, 0.7, 0.5, 0.3, 0.01)] == [10, 7, 5, 3, 1]
 
 
-@pytest.mark.parametrize("value", [0, 0.0, -0.5, 1.01, 2, "abc", True, math.nan, math.inf, None, [0.5]])
+@pytest.mark.parametrize(
+    "value", [0, 0.0, -0.5, 1.01, 2, "abc", True, math.nan, math.inf, None, [0.5]]
+)
 def test_bad_ratios_are_refused_naming_the_field_and_value(value):
     with pytest.raises(ConfigurationError) as caught:
         MemoryConfig(compact_to_ratio=value)
@@ -146,13 +161,22 @@ def test_without_breakpoints_nothing_is_cached_and_everything_costs_the_base_pri
 
 def test_turn_window_of_ten_with_the_recommended_settings_is_served_from_the_cache_and_keeps_every_fact():
     turns, facts = transcript(300, 50)
-    today = MemoryConfig(compaction_strategy="turn_window", max_turns=10, compact_to_ratio=1.0, max_archived_events=100_000)
+    today = MemoryConfig(
+        compaction_strategy="turn_window",
+        max_turns=10,
+        compact_to_ratio=1.0,
+        max_archived_events=100_000,
+    )
     baseline, _, _ = run_chat_memory(turns, today, cache=False)
     # recommended: the defaults (compact_to_ratio 0.5, cache breakpoints on); the archive cap
     # is raised so that recall measures compaction, not the storage cap (as tests/test_recall.py)
-    recommended = MemoryConfig(compaction_strategy="turn_window", max_turns=10, max_archived_events=100_000)
+    recommended = MemoryConfig(
+        compaction_strategy="turn_window", max_turns=10, max_archived_events=100_000
+    )
     tally, memory, cid = run_chat_memory(turns, recommended)
     assert tally.hit_share >= 0.85, f"cache-hit share {tally.hit_share:.1%}"
-    assert tally.cost_cached <= 0.30 * baseline.cost_uncached, f"{tally.cost_cached / baseline.cost_uncached:.1%} of today's cost"
+    assert tally.cost_cached <= 0.30 * baseline.cost_uncached, (
+        f"{tally.cost_cached / baseline.cost_uncached:.1%} of today's cost"
+    )
     assert memory.stats(cid).archived_events > 0
     assert unreachable(memory, cid, facts) == []

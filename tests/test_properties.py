@@ -25,7 +25,9 @@ def conversations(draw):
     for _ in range(draw(st.integers(1, 14))):
         batch = [Event.user(draw(TEXT))]
         for _ in range(draw(st.integers(0, 2))):
-            call = Event.tool_call(draw(st.sampled_from(["search", "get_order"])), {"q": draw(TEXT)})
+            call = Event.tool_call(
+                draw(st.sampled_from(["search", "get_order"])), {"q": draw(TEXT)}
+            )
             result = Event.tool_result(call.tool_call_id, draw(TEXT), is_error=draw(st.booleans()))
             if draw(st.booleans()):
                 batch += [call, result]
@@ -43,7 +45,11 @@ def conversations(draw):
 
 @st.composite
 def configs(draw):
-    strategy = draw(st.sampled_from(["none", "sliding_window", "turn_window", "token_count", "recursive_summarization"]))
+    strategy = draw(
+        st.sampled_from(
+            ["none", "sliding_window", "turn_window", "token_count", "recursive_summarization"]
+        )
+    )
     keep = draw(st.integers(1, 8))
     return MemoryConfig(
         compaction_strategy=strategy,
@@ -60,7 +66,9 @@ def summarize(previous, events, upcoming):
     return f"{previous or ''}|{len(events)}"
 
 
-def check_invariants(memory: ChatMemory, cid: str, config: MemoryConfig, added: list[Event]) -> None:
+def check_invariants(
+    memory: ChatMemory, cid: str, config: MemoryConfig, added: list[Event]
+) -> None:
     window = memory.window(cid)
     active = [e for e in window if e.is_real]
     history = memory.history(cid)
@@ -115,11 +123,18 @@ def run(memory: ChatMemory, cid: str, config: MemoryConfig, batches: list[list[E
 @settings(max_examples=300, deadline=None)
 @given(config=configs(), batches=conversations())
 def test_invariants_on_the_memory_store(config, batches):
-    memory = ChatMemory(InMemoryStore(max_archived_events=None), config, summarizer=summarize, token_counter=fixed_tokens)
+    memory = ChatMemory(
+        InMemoryStore(max_archived_events=None),
+        config,
+        summarizer=summarize,
+        token_counter=fixed_tokens,
+    )
     run(memory, "c", config, batches)
 
 
-@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(config=configs(), batches=conversations())
 def test_invariants_on_every_store(store, config, batches):
     memory = ChatMemory(store, config, summarizer=summarize, token_counter=fixed_tokens)
@@ -150,7 +165,9 @@ def tangled_windows(draw):
 
 @settings(max_examples=400, deadline=None)
 @given(active=tangled_windows(), config=configs())
-def test_no_safe_cut_separates_a_tool_pair_and_a_strategy_only_as_the_bound_s_last_resort(active, config):
+def test_no_safe_cut_separates_a_tool_pair_and_a_strategy_only_as_the_bound_s_last_resort(
+    active, config
+):
     strategy = strategy_for(config)
     for index in safe_cuts(active):
         before = {e.tool_call_id for e in active[:index] if e.type is EventType.TOOL_CALL}
@@ -163,9 +180,18 @@ def test_no_safe_cut_separates_a_tool_pair_and_a_strategy_only_as_the_bound_s_la
         check_cut(active, cut.index, strategy)
 
 
-@pytest.mark.parametrize("strategy", ["sliding_window", "turn_window", "token_count", "recursive_summarization"])
+@pytest.mark.parametrize(
+    "strategy", ["sliding_window", "turn_window", "token_count", "recursive_summarization"]
+)
 def test_a_single_huge_turn_is_kept_whole(strategy):
-    config = MemoryConfig(compaction_strategy=strategy, max_events=3, max_events_to_keep=2, overlap_size=0, max_turns=1, max_tokens=10)
+    config = MemoryConfig(
+        compaction_strategy=strategy,
+        max_events=3,
+        max_events_to_keep=2,
+        overlap_size=0,
+        max_turns=1,
+        max_tokens=10,
+    )
     memory = ChatMemory(InMemoryStore(), config, summarizer=summarize, token_counter=fixed_tokens)
     memory.add("c", [Event.user("go")] + [Event.assistant("word " * 20) for _ in range(10)])
     assert len(memory.window("c")) == 11 and memory.stats("c").archived_events == 0

@@ -28,16 +28,27 @@ CONFIGS = {
     "turn_window": MemoryConfig(compaction_strategy="turn_window", max_turns=3),
     "token_count": MemoryConfig(compaction_strategy="token_count", max_tokens=400),
     "recursive_summarization": MemoryConfig(
-        compaction_strategy="recursive_summarization", max_events=20, max_events_to_keep=8, overlap_size=2
+        compaction_strategy="recursive_summarization",
+        max_events=20,
+        max_events_to_keep=8,
+        overlap_size=2,
     ),
-    "auto_compact": MemoryConfig(compaction_strategy="auto_compact", context_window_tokens=3000, compact_at_ratio=0.8),
+    "auto_compact": MemoryConfig(
+        compaction_strategy="auto_compact", context_window_tokens=3000, compact_at_ratio=0.8
+    ),
 }
 CI_STRATEGIES = ("turn_window",)
 # The archive cap would (by design) drop the oldest turns of 500; recall is about
 # compaction, so the archive here holds everything.
 ARCHIVE_CAP = 10_000
 
-PLACES = ("the staging cluster", "the billing database", "the nightly backup job", "the on-call pager", "the EU gateway")
+PLACES = (
+    "the staging cluster",
+    "the billing database",
+    "the nightly backup job",
+    "the on-call pager",
+    "the EU gateway",
+)
 DISTRACTIONS = (
     "Can you tidy up the release notes for the next sprint?",
     "What does the codename scheme look like again? Just the rule, no names.",
@@ -58,7 +69,11 @@ def planted_facts() -> list[Fact]:
     facts = []
     for n in range(FACTS):
         key = f"codename-{chr(65 + n % 26)}{chr(81 + n % 7)}-{100 + 7 * n:03d}"
-        facts.append(Fact(key, f"{key} is {PLACES[n % len(PLACES)]} (fact {n})", turn=5 + n * (TURNS // FACTS)))
+        facts.append(
+            Fact(
+                key, f"{key} is {PLACES[n % len(PLACES)]} (fact {n})", turn=5 + n * (TURNS // FACTS)
+            )
+        )
     assert len({f.key_term for f in facts}) == FACTS
     assert not any(a.key_term in b.key_term for a in facts for b in facts if a is not b)
     return facts
@@ -76,7 +91,10 @@ def transcript(facts: list[Fact]) -> list[list[Event]]:
             batch = [Event.user(f"{chatter} (turn {i})")]
             if i % 4 == 0:
                 call = Event.tool_call("lookup", {"topic": chatter[:20], "turn": i})
-                batch += [call, Event.tool_result(call.tool_call_id, f"nothing notable for turn {i}")]
+                batch += [
+                    call,
+                    Event.tool_result(call.tool_call_id, f"nothing notable for turn {i}"),
+                ]
             batch.append(Event.assistant(f"Sure, here is what I have on that (turn {i})."))
         elif fact.turn // (TURNS // FACTS) % 3 == 0:
             batch = [Event.user(f"Please remember: {fact.sentence}."), Event.assistant("Noted.")]
@@ -89,7 +107,10 @@ def transcript(facts: list[Fact]) -> list[list[Event]]:
                 Event.assistant("The inventory has one new note."),
             ]
         else:
-            batch = [Event.user("Anything I should know?"), Event.assistant(f"Yes: {fact.sentence}.")]
+            batch = [
+                Event.user("Anything I should know?"),
+                Event.assistant(f"Yes: {fact.sentence}."),
+            ]
         turns.append(batch)
     return turns
 
@@ -125,14 +146,16 @@ def check_recall(store, strategy: str) -> None:
         assert stats.archived_events > 0, "the transcript must have been compacted"
         threshold = config.compact_at_ratio * config.context_window_tokens
         active = [e for e in memory.window(cid) if e.is_real]
-        newest_turn = active[turn_starts(active)[-1]:]
+        newest_turn = active[turn_starts(active)[-1] :]
         assert stats.window_tokens <= threshold + sum(e.tokens or 0 for e in newest_turn)
         assert all(r.strategy == "auto_compact" and not r.fallback for r in memory.compactions(cid))
     elif strategy != "none":
         assert stats.archived_events > 0, "the transcript must have been compacted"
         assert stats.turns <= 25
     assert unreachable(memory, cid, facts) == []
-    assert sum(1 for e in memory.history(cid) if e.is_real) == sum(len(b) for b in transcript(facts))
+    assert sum(1 for e in memory.history(cid) if e.is_real) == sum(
+        len(b) for b in transcript(facts)
+    )
 
 
 def test_every_strategy_keeps_every_fact_reachable_on_the_memory_store():

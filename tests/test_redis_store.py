@@ -23,8 +23,25 @@ from tests.fixtures.redis import unique_prefix
 from tests.services.redis import free_port, start_cluster, start_redis
 
 HOSTILE_IDS = [
-    "{", "}", "{}", "}{", "{a}", "a}{b", "*", "?", "[x]", "a:b", "chat-memory:conversations",
-    "../../etc/passwd", "%_", "'\"", "\\", "héllo 🙂", "x" * 1024, " ", "\n",
+    "{",
+    "}",
+    "{}",
+    "}{",
+    "{a}",
+    "a}{b",
+    "*",
+    "?",
+    "[x]",
+    "a:b",
+    "chat-memory:conversations",
+    "../../etc/passwd",
+    "%_",
+    "'\"",
+    "\\",
+    "héllo 🙂",
+    "x" * 1024,
+    " ",
+    "\n",
 ]
 
 
@@ -45,14 +62,23 @@ def command_log(client: Any) -> list[str]:
     return sent
 
 
-@pytest.fixture(params=["fakeredis_store", pytest.param("redis_store", marks=pytest.mark.redis),
-                        pytest.param("redis_cluster_store", marks=pytest.mark.redis_cluster)])
+@pytest.fixture(
+    params=[
+        "fakeredis_store",
+        pytest.param("redis_store", marks=pytest.mark.redis),
+        pytest.param("redis_cluster_store", marks=pytest.mark.redis_cluster),
+    ]
+)
 def store(request) -> RedisStore:
     return request.getfixturevalue(request.param)
 
 
-@pytest.fixture(params=[pytest.param("redis_store", marks=pytest.mark.redis),
-                        pytest.param("redis_cluster_store", marks=pytest.mark.redis_cluster)])
+@pytest.fixture(
+    params=[
+        pytest.param("redis_store", marks=pytest.mark.redis),
+        pytest.param("redis_cluster_store", marks=pytest.mark.redis_cluster),
+    ]
+)
 def real_store(request) -> RedisStore:
     return request.getfixturevalue(request.param)
 
@@ -64,7 +90,9 @@ def real_store(request) -> RedisStore:
 def test_every_key_of_a_conversation_is_in_one_slot(fakeredis_store, cid):
     keys = fakeredis_store._keys(cid)[:8]
     assert len({key_slot(k.encode()) for k in keys}) == 1
-    assert all(k.startswith("chat-memory:{") and k.count("{") == 1 and k.count("}") == 1 for k in keys)
+    assert all(
+        k.startswith("chat-memory:{") and k.count("{") == 1 and k.count("}") == 1 for k in keys
+    )
 
 
 def test_hostile_ids_never_share_keys(fakeredis_store):
@@ -90,18 +118,30 @@ def test_hostile_ids_on_a_real_cluster(redis_cluster_store):
     for cid in HOSTILE_IDS:
         slots = {client.execute_command("CLUSTER KEYSLOT", key) for key in store._keys(cid)[:8]}
         assert len(slots) == 1, cid
-        assert [e.content for e in memory.history(cid)] == ["pinned", "question 1", "answer 1", "question 2", "answer 2"]
+        assert [e.content for e in memory.history(cid)] == [
+            "pinned",
+            "question 1",
+            "answer 1",
+            "question 2",
+            "answer 2",
+        ]
         assert memory.search(cid, "QUESTION 1").total == 1
     assert store.conversations() == sorted(HOSTILE_IDS)
     stored = {key.decode() for node_keys in _scan_all(client, store.prefix) for key in node_keys}
-    expected = {key for cid in HOSTILE_IDS for key in store._keys(cid)[:8]} | {store._registry, store._layout_key}
+    expected = {key for cid in HOSTILE_IDS for key in store._keys(cid)[:8]} | {
+        store._registry,
+        store._layout_key,
+    }
     assert stored == expected
     used_slots = {key_slot(store._keys(cid)[0].encode()) for cid in HOSTILE_IDS}
     assert len(used_slots) > 1  # conversations spread over the cluster
 
 
 def _scan_all(client: Any, prefix: str) -> Iterator[list[bytes]]:
-    pattern = prefix.replace("\\", "\\\\").replace("*", "\\*").replace("?", "\\?").replace("[", "\\[") + "*"
+    pattern = (
+        prefix.replace("\\", "\\\\").replace("*", "\\*").replace("?", "\\?").replace("[", "\\[")
+        + "*"
+    )
     for node in client.get_primaries():
         yield list(client.get_redis_connection(node).scan_iter(match=pattern, count=1000))
 
@@ -110,7 +150,10 @@ def _scan_all(client: Any, prefix: str) -> Iterator[list[bytes]]:
 
 
 def test_round_trips_per_add_and_window(real_store):
-    memory = ChatMemory(real_store, MemoryConfig(compaction_strategy="turn_window", max_turns=3, compact_to_ratio=1.0))
+    memory = ChatMemory(
+        real_store,
+        MemoryConfig(compaction_strategy="turn_window", max_turns=3, compact_to_ratio=1.0),
+    )
     for i in range(4):  # warm up: the server loads each script at its first use
         memory.add("warm", turn(i))
     memory.search("warm", "question")
@@ -172,7 +215,9 @@ def _registry_moved(store: RedisStore) -> None:
         store.client.rename(f"{store.prefix}ids", store._registry)
 
 
-@pytest.mark.parametrize("name", ["fakeredis_client", pytest.param("redis_server", marks=pytest.mark.redis)])
+@pytest.mark.parametrize(
+    "name", ["fakeredis_client", pytest.param("redis_server", marks=pytest.mark.redis)]
+)
 def test_an_older_layout_is_migrated_in_place(request, name, monkeypatch):
     import redis
 
@@ -186,11 +231,21 @@ def test_an_older_layout_is_migrated_in_place(request, name, monkeypatch):
     with pytest.raises(SchemaError, match="no migration from version 0 to 1"):
         RedisStore(client, prefix=prefix).conversations()
     step = Migration(0, "the registry moved to <prefix>conversations", _registry_moved)
-    monkeypatch.setattr(redis_backend, "REDIS_LAYOUT", dataclasses.replace(redis_backend.REDIS_LAYOUT, migrations=(step,)))
+    monkeypatch.setattr(
+        redis_backend,
+        "REDIS_LAYOUT",
+        dataclasses.replace(redis_backend.REDIS_LAYOUT, migrations=(step,)),
+    )
     store = RedisStore(client, prefix=prefix)
     assert store.conversations() == ["a", "b"]
-    assert client.get(f"{prefix}layout") == b"1" and not client.exists(f"{prefix}ids", f"{prefix}layout:lock")
-    assert client.hget(f"{prefix}layout:migrations", "1").decode().endswith(" the registry moved to <prefix>conversations")
+    assert client.get(f"{prefix}layout") == b"1" and not client.exists(
+        f"{prefix}ids", f"{prefix}layout:lock"
+    )
+    assert (
+        client.hget(f"{prefix}layout:migrations", "1")
+        .decode()
+        .endswith(" the registry moved to <prefix>conversations")
+    )
     assert store.append("a", turn(1)).last_seq == 4
 
 
@@ -207,11 +262,17 @@ def test_a_failing_migration_leaves_the_old_version_and_is_retried(fakeredis_cli
         _registry_moved(store)
 
     step = Migration(0, "the registry moved", flaky)
-    monkeypatch.setattr(redis_backend, "REDIS_LAYOUT", dataclasses.replace(redis_backend.REDIS_LAYOUT, migrations=(step,)))
+    monkeypatch.setattr(
+        redis_backend,
+        "REDIS_LAYOUT",
+        dataclasses.replace(redis_backend.REDIS_LAYOUT, migrations=(step,)),
+    )
     store = RedisStore(fakeredis_client, prefix=prefix)
     with pytest.raises(StorageError, match="migration bug"):
         store.load("a")
-    assert fakeredis_client.get(f"{prefix}layout") == b"0" and not fakeredis_client.exists(f"{prefix}layout:lock")
+    assert fakeredis_client.get(f"{prefix}layout") == b"0" and not fakeredis_client.exists(
+        f"{prefix}layout:lock"
+    )
     assert store.conversations() == ["a"]  # the same store tries again
     assert fakeredis_client.get(f"{prefix}layout") == b"1"
 
@@ -222,10 +283,16 @@ def test_data_from_before_the_layout_key_counts_as_layout_1(fakeredis_client, mo
     fakeredis_client.delete(f"{prefix}layout")  # as written before the key existed
     ran: list[str] = []
     step = Migration(1, "test step", lambda store: ran.append(store.prefix))
-    monkeypatch.setattr(redis_backend, "REDIS_LAYOUT", dataclasses.replace(redis_backend.REDIS_LAYOUT, current=2, migrations=(step,)))
+    monkeypatch.setattr(
+        redis_backend,
+        "REDIS_LAYOUT",
+        dataclasses.replace(redis_backend.REDIS_LAYOUT, current=2, migrations=(step,)),
+    )
     assert RedisStore(fakeredis_client, prefix=prefix).load("a").last_seq == 2
     assert ran == [prefix] and fakeredis_client.get(f"{prefix}layout") == b"2"
-    RedisStore(fakeredis_client, prefix="fresh:").load("a")  # an empty prefix starts at the current layout
+    RedisStore(fakeredis_client, prefix="fresh:").load(
+        "a"
+    )  # an empty prefix starts at the current layout
     assert ran == [prefix] and fakeredis_client.get("fresh:layout") == b"2"
 
 
@@ -233,7 +300,9 @@ def test_a_newer_layout_is_refused_before_anything_is_written(fakeredis_client):
     prefix = unique_prefix()
     fakeredis_client.set(f"{prefix}layout", 2)
     store = RedisStore(fakeredis_client, prefix=prefix)
-    with pytest.raises(SchemaError, match=r"layout' records Redis key layout version 2, newer than version 1"):
+    with pytest.raises(
+        SchemaError, match=r"layout' records Redis key layout version 2, newer than version 1"
+    ):
         store.append("c", turn(0))
     with pytest.raises(SchemaError):
         store.clear("c")
@@ -265,7 +334,9 @@ def test_archive_cap_comes_from_the_url_and_none_means_unbounded():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr("redis.Redis.from_url", lambda url, **kw: fakeredis.FakeRedis(server=server))
         assert open_store("redis://h/0?max_archived_events=7").default_max_archived_events == 7
-        assert open_store("redis://h/0?max_archived_events=none").default_max_archived_events is None
+        assert (
+            open_store("redis://h/0?max_archived_events=none").default_max_archived_events is None
+        )
         assert open_store("redis://h/0?prefix=app:&ttl_seconds=60").ttl_seconds == 60
         assert open_store("redis://h/0?prefix=app:").prefix == "app:"
     with pytest.raises(ConfigurationError, match="ttl_seconds"):
@@ -348,7 +419,9 @@ def test_server_down_then_back(tmp_path):
         with pytest.raises(StorageError) as failure:
             store.append("restart", turn(1))
         assert "Connection" in str(failure.value)
-        server = start_redis(root=tmp_path / "two", port=server.port)  # no persistence: starts empty
+        server = start_redis(
+            root=tmp_path / "two", port=server.port
+        )  # no persistence: starts empty
         assert store.append("restart", turn(2)).last_seq == 2
     finally:
         store.close()
@@ -385,10 +458,16 @@ def test_a_cluster_node_down_fails_only_its_own_conversations():
         for cid in ids:
             store.append(cid, turn(0))
         dead = cluster.nodes[1]
-        on_dead = {cid for cid in ids if store.client.get_node_from_key(store._keys(cid)[0]).port == dead.port}
+        on_dead = {
+            cid
+            for cid in ids
+            if store.client.get_node_from_key(store._keys(cid)[0]).port == dead.port
+        }
         assert on_dead and len(on_dead) < len(ids)
         dead.stop()
-        for cid in ids:  # the load script was never used before: it is loaded on the live node alone
+        for (
+            cid
+        ) in ids:  # the load script was never used before: it is loaded on the live node alone
             if cid in on_dead:
                 with pytest.raises(StorageError, match="ConnectionError"):
                     store.load(cid)
@@ -417,7 +496,15 @@ def test_search_is_literal_for_lua_pattern_characters(store):
     texts = ["50% off", "a.b", "(x", "%a", "[set]", "ŞTRASSE and Straße", "plain"]
     store.append("lua", [Event.user(t) for t in texts])
     memory = ChatMemory(store)
-    for needle, expected in [("50%", 1), ("a.b", 1), ("(", 1), ("%a", 1), ("[set", 1), ("strasse", 1), (".", 1)]:
+    for needle, expected in [
+        ("50%", 1),
+        ("a.b", 1),
+        ("(", 1),
+        ("%a", 1),
+        ("[set", 1),
+        ("strasse", 1),
+        (".", 1),
+    ]:
         assert memory.search("lua", needle).total == expected, needle
     assert memory.search("lua", "off plain", match_mode="any").total == 2
     assert memory.search("lua", "and straße", match_mode="all").total == 1

@@ -12,10 +12,17 @@ from urllib.parse import urlsplit
 import pytest
 
 from chat_memory import ChatMemory, ConfigurationError, Event, MemoryConfig, open_store
-from chat_memory.backends import ConnectionField, StoreNode, StoreOption, registry, schemes, store_classes
+from chat_memory.backends import (
+    ConnectionField,
+    StoreNode,
+    StoreOption,
+    registry,
+    schemes,
+    store_classes,
+)
 from chat_memory.backends.in_memory import InMemoryStore
-from chat_memory.events import turn_starts
 from chat_memory.components import memory_definitions, memory_settings
+from chat_memory.events import turn_starts
 from chat_memory.strategies import Cut, Strategy, choose_cut, strategy_names
 from chat_memory.strategies import base as strategy_base
 
@@ -24,7 +31,10 @@ class ToyStore(InMemoryStore):
     """What a third-party store declares: schemes, options, its canvas node."""
 
     schemes = ("toy",)
-    url_options = (StoreOption("shelf"), StoreOption("max_archived_events", int, minimum=0, nullable=True))
+    url_options = (
+        StoreOption("shelf"),
+        StoreOption("max_archived_events", int, minimum=0, nullable=True),
+    )
     node = StoreNode(
         "toyChatMemory",
         "Toy Chat Memory",
@@ -57,7 +67,11 @@ def toy_store_registered():
 
 def test_a_store_outside_the_package_opens_by_its_scheme(toy_store_registered):
     store = open_store("toy://?shelf=left&max_archived_events=none")
-    assert isinstance(store, ToyStore) and store.shelf == "left" and store.default_max_archived_events is None
+    assert (
+        isinstance(store, ToyStore)
+        and store.shelf == "left"
+        and store.default_max_archived_events is None
+    )
     assert "toy" in schemes()
     memory = ChatMemory(store)
     memory.add("c", Event.user("hello"))
@@ -76,7 +90,9 @@ def test_a_store_outside_the_package_gets_its_canvas_node(toy_store_registered):
 
 def test_unregistered_store_is_gone(toy_store_registered):
     registry.unregister(ToyStore)
-    with pytest.raises(ConfigurationError, match=r"scheme \('toy'\) is not supported; known schemes: .*memory"):
+    with pytest.raises(
+        ConfigurationError, match=r"scheme \('toy'\) is not supported; known schemes: .*memory"
+    ):
         open_store("toy://")
     registry.register(ToyStore)
 
@@ -86,7 +102,10 @@ def test_a_scheme_cannot_be_taken_twice():
         pass
 
     Impostor.schemes = ("memory",)
-    with pytest.raises(ConfigurationError, match=r"scheme 'memory' .* already registered by chat_memory.backends.in_memory.InMemoryStore"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"scheme 'memory' .* already registered by chat_memory.backends.in_memory.InMemoryStore",
+    ):
         registry.register(Impostor)
     assert type(open_store("memory://")) is InMemoryStore
 
@@ -115,7 +134,10 @@ def test_installed_plugins_register_through_the_entry_point_group(tmp_path, monk
         store = open_store("plugin://")
     try:
         assert type(store).__name__ == "PluginStore"
-        assert any("broken_plugin:Store" in r.getMessage() and "plugin on fire" in r.getMessage() for r in caplog.records)
+        assert any(
+            "broken_plugin:Store" in r.getMessage() and "plugin on fire" in r.getMessage()
+            for r in caplog.records
+        )
     finally:
         registry.unregister(type(store))
         sys.modules.pop("toy_plugin", None)
@@ -126,13 +148,28 @@ def test_every_store_parses_its_options_alike(store_class):
     declared = {o.name: o for o in store_class.url_options}
     if "max_archived_events" in declared:
         option = declared["max_archived_events"]
-        assert [option.parse(v, "S") for v in ("none", "", " None ", "0", "12", 12, None)] == [None, None, None, 0, 12, 12, None]
-        with pytest.raises(ConfigurationError, match=r"S option max_archived_events \('-1'\) must be a whole number, 0 or more"):
+        assert [option.parse(v, "S") for v in ("none", "", " None ", "0", "12", 12, None)] == [
+            None,
+            None,
+            None,
+            0,
+            12,
+            12,
+            None,
+        ]
+        with pytest.raises(
+            ConfigurationError,
+            match=r"S option max_archived_events \('-1'\) must be a whole number, 0 or more",
+        ):
             option.parse("-1", "S")
-        with pytest.raises(ConfigurationError, match=r"max_archived_events \('unbounded'\) must be a whole number"):
+        with pytest.raises(
+            ConfigurationError, match=r"max_archived_events \('unbounded'\) must be a whole number"
+        ):
             option.parse("unbounded", "S")
     if not store_class.passes_query_to_driver:
-        with pytest.raises(ConfigurationError, match=r"URL option \('colour'\) is not supported; known options: "):
+        with pytest.raises(
+            ConfigurationError, match=r"URL option \('colour'\) is not supported; known options: "
+        ):
             store_class.url_settings("colour=blue")
 
 
@@ -149,12 +186,27 @@ def test_an_option_given_twice_in_the_url_is_refused():
 
 def test_bool_options():
     option = StoreOption("create_bucket", bool)
-    assert [option.parse(v, "S") for v in ("true", "0", "Yes", "off", True)] == [True, False, True, False, True]
-    with pytest.raises(ConfigurationError, match=r"create_bucket \('maybe'\) must be true or false"):
+    assert [option.parse(v, "S") for v in ("true", "0", "Yes", "off", True)] == [
+        True,
+        False,
+        True,
+        False,
+        True,
+    ]
+    with pytest.raises(
+        ConfigurationError, match=r"create_bucket \('maybe'\) must be true or false"
+    ):
         option.parse("maybe", "S")
 
 
-@pytest.mark.parametrize("url", ["postgres://u:pw@127.0.0.1:1/db", "postgresql://u@127.0.0.1:1/db", "postgres+psycopg://u@h/db"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgres://u:pw@127.0.0.1:1/db",
+        "postgresql://u@127.0.0.1:1/db",
+        "postgres+psycopg://u@h/db",
+    ],
+)
 def test_postgres_urls_without_a_driver_mean_psycopg(url):
     store = open_store(url)  # the engine connects lazily: nothing is reached here
     try:
@@ -165,7 +217,10 @@ def test_postgres_urls_without_a_driver_mean_psycopg(url):
 
 def test_a_missing_sql_driver_names_the_extra(monkeypatch):
     monkeypatch.setitem(sys.modules, "psycopg", None)
-    with pytest.raises(ConfigurationError, match=r"driver for postgresql\+psycopg:// is missing \(psycopg\); pip install 'chat-memory\[postgres\]'"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"driver for postgresql\+psycopg:// is missing \(psycopg\); pip install 'chat-memory\[postgres\]'",
+    ):
         open_store("postgresql+psycopg://u@127.0.0.1:1/db")
 
 
@@ -192,7 +247,9 @@ def toy_strategy():
 
 def test_a_strategy_outside_the_package_is_selectable(toy_strategy):
     assert "toy_keep_one_turn" in strategy_names()
-    memory = ChatMemory(open_store("memory://"), MemoryConfig(compactionStrategy="toy_keep_one_turn"))
+    memory = ChatMemory(
+        open_store("memory://"), MemoryConfig(compactionStrategy="toy_keep_one_turn")
+    )
     for i in range(3):
         memory.add("c", [Event.user(f"q{i}"), Event.assistant(f"a{i}")])
     assert [e.content for e in memory.window("c")] == ["q2", "a2"]
@@ -209,7 +266,10 @@ def test_a_strategy_outside_the_package_gets_its_canvas_fields(toy_strategy):
 
 
 def test_strategy_names_cannot_be_taken_twice():
-    with pytest.raises(ConfigurationError, match="'turn_window' is taken by chat_memory.strategies.turn_window.TurnWindow"):
+    with pytest.raises(
+        ConfigurationError,
+        match="'turn_window' is taken by chat_memory.strategies.turn_window.TurnWindow",
+    ):
 
         class Clash(Strategy):
             name = "turn_window"
@@ -219,5 +279,8 @@ def test_strategy_names_cannot_be_taken_twice():
 
 
 def test_unknown_strategy_names_list_the_registered_ones():
-    with pytest.raises(ConfigurationError, match=r"Compaction strategy \('fifo'\) must be one of 'none', 'sliding_window'"):
+    with pytest.raises(
+        ConfigurationError,
+        match=r"Compaction strategy \('fifo'\) must be one of 'none', 'sliding_window'",
+    ):
         MemoryConfig(compaction_strategy="fifo")

@@ -84,7 +84,9 @@ class Writers:
             if process.exitcode is not None:
                 errors = read_logs([self.log(writer)]).errors
                 pytest.fail(f"writer {writer} exited with {process.exitcode}: {errors}")
-            assert time.monotonic() < deadline, f"writer {writer} made no progress in {PROGRESS_DEADLINE} s"
+            assert time.monotonic() < deadline, (
+                f"writer {writer} made no progress in {PROGRESS_DEADLINE} s"
+            )
             time.sleep(0.002)
 
     def kill(self, writer: int) -> None:
@@ -117,7 +119,15 @@ def test_writers_at_full_speed_lose_nothing(store_url, strategy, reliability_siz
     size = reliability_size
     context = forkserver_context()
     jobs = [
-        WriterJob(store_url, w, 0, str(tmp_path / f"w{w}.g0.log"), strategy, turns=size.stress_turns, env=child_env())
+        WriterJob(
+            store_url,
+            w,
+            0,
+            str(tmp_path / f"w{w}.g0.log"),
+            strategy,
+            turns=size.stress_turns,
+            env=child_env(),
+        )
         for w in range(size.stress_writers)
     ]
     processes = [context.Process(target=run_writer, args=(job,), daemon=True) for job in jobs]
@@ -149,7 +159,9 @@ def test_writers_at_full_speed_lose_nothing(store_url, strategy, reliability_siz
 
 @pytest.mark.slow
 @pytest.mark.parametrize("strategy", STRATEGIES)
-def test_sigkilled_writers_leave_a_consistent_store(store_url, strategy, reliability_size, tmp_path):
+def test_sigkilled_writers_leave_a_consistent_store(
+    store_url, strategy, reliability_size, tmp_path
+):
     size = reliability_size
     seed = random.randrange(2**32)
     rng = random.Random(seed)

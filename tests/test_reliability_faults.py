@@ -14,7 +14,14 @@ from typing import Any
 
 import pytest
 
-from chat_memory import ChatMemory, ChatMemoryError, Event, StorageError, SummarizerError, open_store
+from chat_memory import (
+    ChatMemory,
+    ChatMemoryError,
+    Event,
+    StorageError,
+    SummarizerError,
+    open_store,
+)
 from chat_memory.backends.s3 import S3Store
 from tests.reliability_workers import (
     SHARED,
@@ -39,7 +46,9 @@ class ThreadWriter(threading.Thread):
     """Adds whole turns to the shared conversation until stopped, recording which adds
     returned, which raised (and what), and the longest call."""
 
-    def __init__(self, memory: ChatMemory, name: str, record: AddRecord, limit: int | None = None) -> None:
+    def __init__(
+        self, memory: ChatMemory, name: str, record: AddRecord, limit: int | None = None
+    ) -> None:
         super().__init__(name=name, daemon=True)
         self.memory = memory
         self.record = record
@@ -57,7 +66,7 @@ class ThreadWriter(threading.Thread):
             started = time.monotonic()
             try:
                 self.memory.add(SHARED, whole_turn(add_id))
-            except Exception as exc:  # noqa: BLE001 - every failure is checked by the test
+            except Exception as exc:
                 self.failures.append((add_id, exc))
                 time.sleep(0.01)
             else:
@@ -84,7 +93,9 @@ def stop(writers: list[ThreadWriter]) -> None:
     assert not any(w.is_alive() for w in writers), "a writer hung"
 
 
-def check_failures(writers: list[ThreadWriter], expected: type[ChatMemoryError], *, mentions: str = "") -> int:
+def check_failures(
+    writers: list[ThreadWriter], expected: type[ChatMemoryError], *, mentions: str = ""
+) -> int:
     """Every failed add raised ``expected`` (a ChatMemoryError) with a message naming the
     cause, and no call hung. Returns how many failed."""
     failures = [exc for w in writers for _, exc in w.failures]
@@ -99,7 +110,9 @@ def report(what: str, writers: list[ThreadWriter], **figures: Any) -> None:
     done = sum(w.done for w in writers)
     failed = sum(len(w.failures) for w in writers)
     extra = ", ".join(f"{name} {value}" for name, value in figures.items())
-    print(f"\nreliability fault [{what}]: {done} adds done, {failed} failed, longest call {max(w.longest for w in writers):.2f} s, {extra}")
+    print(
+        f"\nreliability fault [{what}]: {done} adds done, {failed} failed, longest call {max(w.longest for w in writers):.2f} s, {extra}"
+    )
 
 
 def verify(memory: ChatMemory, record: AddRecord) -> int:
@@ -121,14 +134,20 @@ def test_redis_killed_and_restarted_under_writers(tmp_path, reliability_size):
     server = start_redis(*durable, root=tmp_path / "redis")
     record = AddRecord()
     stores = [open_store(server.url) for _ in range(WRITERS)]
-    writers = [ThreadWriter(open_memory(s, "turn_window"), f"t{i}", record) for i, s in enumerate(stores)]
+    writers = [
+        ThreadWriter(open_memory(s, "turn_window"), f"t{i}", record) for i, s in enumerate(stores)
+    ]
     try:
         for writer in writers:
             writer.start()
-        wait_until(lambda: all(w.done >= reliability_size.fault_adds for w in writers), "progress", writers)
+        wait_until(
+            lambda: all(w.done >= reliability_size.fault_adds for w in writers), "progress", writers
+        )
         server.process.kill()  # a crash, not a clean shutdown
         server.process.wait()
-        wait_until(lambda: all(w.failures for w in writers), "failures while Redis is down", writers)
+        wait_until(
+            lambda: all(w.failures for w in writers), "failures while Redis is down", writers
+        )
         server = start_redis(*durable, root=tmp_path / "redis", port=server.port)
         assert_serves(server)
         before = [w.done for w in writers]
@@ -156,7 +175,9 @@ def assert_serves(server: Any) -> None:
 
     client = redis.Redis(port=server.port)
     try:
-        assert client.info("server")["process_id"] == server.process.pid, f"port {server.port} was taken meanwhile"
+        assert client.info("server")["process_id"] == server.process.pid, (
+            f"port {server.port} was taken meanwhile"
+        )
     finally:
         client.close()
 
@@ -171,8 +192,14 @@ class S3Faults:
     then answered with 500, so botocore retries it."""
 
     def __init__(
-        self, store: S3Store, rng: random.Random, *, storm: int = 0, conflict: float = 0.0,
-        server_error: float = 0.0, lost_reply: float = 0.0,
+        self,
+        store: S3Store,
+        rng: random.Random,
+        *,
+        storm: int = 0,
+        conflict: float = 0.0,
+        server_error: float = 0.0,
+        lost_reply: float = 0.0,
     ) -> None:
         self.store = store
         self.rng = rng
@@ -200,7 +227,10 @@ class S3Faults:
         first_attempt = b"attempt=1" in (request.headers.get("amz-sdk-request") or b"").split(b"; ")
         conflict, server_error, lost_reply = self.rates
         with self.lock:
-            roll, status = self.rng.random(), self.rng.choice([(500, "InternalError"), (503, "SlowDown")])
+            roll, status = (
+                self.rng.random(),
+                self.rng.choice([(500, "InternalError"), (503, "SlowDown")]),
+            )
             if head_write and self.storm > 0:
                 self.storm -= 1
                 roll = -1.0
@@ -220,17 +250,26 @@ class S3Faults:
 
 
 @pytest.mark.s3
-def test_s3_412_storms_5xx_and_lost_replies_under_writers(s3_server_url, monkeypatch, reliability_size):
+def test_s3_412_storms_5xx_and_lost_replies_under_writers(
+    s3_server_url, monkeypatch, reliability_size
+):
     import botocore.retries.standard
 
-    monkeypatch.setattr(botocore.retries.standard.ExponentialBackoff, "delay_amount", lambda self, context: 0)
+    monkeypatch.setattr(
+        botocore.retries.standard.ExponentialBackoff, "delay_amount", lambda self, context: 0
+    )
     seed = random.randrange(2**32)
     rng = random.Random(seed)
     record = AddRecord()
     stores = [S3Store.from_url(s3_server_url) for _ in range(WRITERS)]
-    faults = [S3Faults(s, rng, storm=12, conflict=0.25, server_error=0.15, lost_reply=0.15) for s in stores]
+    faults = [
+        S3Faults(s, rng, storm=12, conflict=0.25, server_error=0.15, lost_reply=0.15)
+        for s in stores
+    ]
     writers = [
-        ThreadWriter(open_memory(s, "turn_window"), f"t{i}", record, limit=3 * reliability_size.fault_adds)
+        ThreadWriter(
+            open_memory(s, "turn_window"), f"t{i}", record, limit=3 * reliability_size.fault_adds
+        )
         for i, s in enumerate(stores)
     ]
     try:
@@ -252,13 +291,17 @@ def test_s3_412_storms_5xx_and_lost_replies_under_writers(s3_server_url, monkeyp
 
 
 @pytest.mark.s3
-def test_s3_a_lost_reply_neither_duplicates_an_append_nor_deletes_live_segments(s3_server_store, monkeypatch):
+def test_s3_a_lost_reply_neither_duplicates_an_append_nor_deletes_live_segments(
+    s3_server_store, monkeypatch
+):
     """Regression: the head PUT is stored but its reply is lost; botocore's retry gets 412.
     The store used to read that as a lost race: it appended the events again, and after a
     compaction it deleted the segments the stored head referenced."""
     import botocore.retries.standard
 
-    monkeypatch.setattr(botocore.retries.standard.ExponentialBackoff, "delay_amount", lambda self, context: 0)
+    monkeypatch.setattr(
+        botocore.retries.standard.ExponentialBackoff, "delay_amount", lambda self, context: 0
+    )
     store = s3_server_store
     memory = open_memory(store, "turn_window")
     record = AddRecord()
@@ -278,22 +321,32 @@ def test_s3_a_lost_reply_neither_duplicates_an_append_nor_deletes_live_segments(
 
 
 @pytest.mark.postgres
-def test_postgres_connections_terminated_under_writers(postgres_url, postgres_server, reliability_size):
+def test_postgres_connections_terminated_under_writers(
+    postgres_url, postgres_server, reliability_size
+):
     import psycopg
 
     application = f"reliability-{uuid.uuid4().hex[:8]}"
     url = f"{postgres_url}&application_name={application}"
     record = AddRecord()
     stores = [open_store(url) for _ in range(WRITERS)]
-    writers = [ThreadWriter(open_memory(s, "turn_window"), f"t{i}", record) for i, s in enumerate(stores)]
+    writers = [
+        ThreadWriter(open_memory(s, "turn_window"), f"t{i}", record) for i, s in enumerate(stores)
+    ]
     terminated = 0
-    admin = psycopg.connect(f"host=127.0.0.1 port={postgres_server.port} user=postgres dbname=postgres", autocommit=True)
+    admin = psycopg.connect(
+        f"host=127.0.0.1 port={postgres_server.port} user=postgres dbname=postgres", autocommit=True
+    )
     try:
         for writer in writers:
             writer.start()
         for _ in range(reliability_size.fault_adds):
             before = [w.done + len(w.failures) for w in writers]
-            wait_until(lambda: all(w.done + len(w.failures) > b for w, b in zip(writers, before)), "progress", writers)
+            wait_until(
+                lambda: all(w.done + len(w.failures) > b for w, b in zip(writers, before)),
+                "progress",
+                writers,
+            )
             time.sleep(random.uniform(0, 0.005))
             row = admin.execute(
                 "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = %s",
@@ -301,11 +354,20 @@ def test_postgres_connections_terminated_under_writers(postgres_url, postgres_se
             ).fetchone()
             terminated += row[0] if row else 0
         before = [w.done for w in writers]
-        wait_until(lambda: all(w.done > b for w, b in zip(writers, before)), "progress after the drops", writers)
+        wait_until(
+            lambda: all(w.done > b for w, b in zip(writers, before)),
+            "progress after the drops",
+            writers,
+        )
         stop(writers)
         check_failures(writers, StorageError)
         stored_anyway = verify(open_memory(stores[0], "turn_window"), record)
-        report("postgres drops", writers, backends_terminated=terminated, failed_but_stored=stored_anyway)
+        report(
+            "postgres drops",
+            writers,
+            backends_terminated=terminated,
+            failed_but_stored=stored_anyway,
+        )
         assert terminated > 0
     finally:
         stop(writers)
@@ -346,7 +408,9 @@ def outage_then_recovery(store: Any, summarizer: Switchable, mentions: str) -> N
     raises SummarizerError naming the cause; after it heals the next add compacts. (The
     fallback that archives without a summary after a few failures is put off here, to see
     the outage itself; tests/test_safety_nets.py covers the fallback.)"""
-    config = memory_config("recursive_summarization").model_copy(update={"summarizer_failures_before_fallback": 10})
+    config = memory_config("recursive_summarization").model_copy(
+        update={"summarizer_failures_before_fallback": 10}
+    )
     memory = ChatMemory(store, config, summarizer=summarizer, token_counter=word_count)
     record = AddRecord()
     for turn in range(4):
@@ -364,7 +428,9 @@ def outage_then_recovery(store: Any, summarizer: Switchable, mentions: str) -> N
     assert memory.window(SHARED)[0].type.value == "summary"
 
 
-@pytest.mark.parametrize("down", [raising, sleeping_then_raising], ids=["raises", "sleeps-then-raises"])
+@pytest.mark.parametrize(
+    "down", [raising, sleeping_then_raising], ids=["raises", "sleeps-then-raises"]
+)
 def test_a_failing_summarizer_loses_nothing_and_the_next_trigger_recovers(sqlite_store, down):
     outage_then_recovery(sqlite_store, Switchable(down), mentions="injected")
 
@@ -381,9 +447,14 @@ def test_anthropic_timeouts_are_retried_a_bounded_number_of_times(sqlite_store, 
         calls.append(request)
         raise httpx2.ReadTimeout("timed out (injected)", request=request)
 
-    monkeypatch.setattr(anthropic._base_client.BaseClient, "_calculate_retry_timeout", lambda *a, **k: 0.0)
+    monkeypatch.setattr(
+        anthropic._base_client.BaseClient, "_calculate_retry_timeout", lambda *a, **k: 0.0
+    )
     client = anthropic.Anthropic(
-        api_key="test", max_retries=2, timeout=1.0, http_client=httpx2.Client(transport=httpx2.MockTransport(handler))
+        api_key="test",
+        max_retries=2,
+        timeout=1.0,
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
     )
     summarizer = Switchable(AnthropicSummarizer(model="claude-haiku-5-5", client=client).summarize)
     outage_then_recovery(sqlite_store, summarizer, mentions="APITimeoutError")

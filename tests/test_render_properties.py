@@ -6,12 +6,13 @@ from __future__ import annotations
 import json
 import uuid
 
-from hypothesis import HealthCheck, event, given, settings
+from hypothesis import HealthCheck, given, settings
+from hypothesis import event as note_event
 from hypothesis import strategies as st
 
 from chat_memory import ChatMemory, Event, EventType, InvalidEventError, to_anthropic, to_openai
-from chat_memory.render import MISSING_RESULT_TEXT
 from chat_memory.backends.in_memory import InMemoryStore
+from chat_memory.render import MISSING_RESULT_TEXT
 from tests.helpers import fixed_tokens
 from tests.test_properties import configs, summarize
 from tests.validators import validate_anthropic_request, validate_openai_messages
@@ -27,7 +28,9 @@ def check(window: list[Event], system_prompt: str | None, placement: str, cache:
     system, messages = to_anthropic(window, system_prompt, summary_placement=placement, cache=cache)
     openai = to_openai(window, system_prompt, summary_placement=placement)
     # a blank assistant text is the one real event that renders to nothing
-    shows_messages = any(e.is_real and not (e.type is EventType.ASSISTANT and not e.content.strip()) for e in window) or (placement == "user_message" and any(e.type is EventType.SUMMARY for e in window))
+    shows_messages = any(
+        e.is_real and not (e.type is EventType.ASSISTANT and not e.content.strip()) for e in window
+    ) or (placement == "user_message" and any(e.type is EventType.SUMMARY for e in window))
     assert bool(messages) == shows_messages
     if messages:
         validate_anthropic_request(system, messages)
@@ -46,13 +49,21 @@ def check(window: list[Event], system_prompt: str | None, placement: str, cache:
 
 @st.composite
 def any_event(draw):
-    kind = draw(st.sampled_from(["user", "assistant", "call", "call", "result", "result", "system", "summary"]))
+    kind = draw(
+        st.sampled_from(
+            ["user", "assistant", "call", "call", "result", "result", "system", "summary"]
+        )
+    )
     if kind == "user":
         return Event.user(draw(TEXT))
     if kind == "assistant":
         return Event.assistant(draw(TEXT))
     if kind == "call":
-        return Event.tool_call(draw(st.sampled_from(["search", "get order", ""])) or "t", {"q": draw(TEXT)}, call_id=draw(CALL_IDS))
+        return Event.tool_call(
+            draw(st.sampled_from(["search", "get order", ""])) or "t",
+            {"q": draw(TEXT)},
+            call_id=draw(CALL_IDS),
+        )
     if kind == "result":
         return Event.tool_result(draw(CALL_IDS), draw(TEXT), is_error=draw(st.booleans()))
     if kind == "system":
@@ -61,7 +72,12 @@ def any_event(draw):
 
 
 @settings(max_examples=600, deadline=None)
-@given(events=st.lists(any_event(), max_size=20), system_prompt=st.none() | TEXT, placement=PLACEMENTS, cache=st.booleans())
+@given(
+    events=st.lists(any_event(), max_size=20),
+    system_prompt=st.none() | TEXT,
+    placement=PLACEMENTS,
+    cache=st.booleans(),
+)
 def test_any_window_in_any_order_renders_valid_requests(events, system_prompt, placement, cache):
     window = [e.stored(seq=i, tokens=1) for i, e in enumerate(events, start=1)]
     check(window, system_prompt, placement, cache)
@@ -75,7 +91,11 @@ def traffic(draw):
     batches: list[list[Event]] = []
     pending: list[Event] = []
     for _ in range(draw(st.integers(1, 16))):
-        action = draw(st.sampled_from(["user", "user", "assistant", "step", "step", "late", "retry", "system"]))
+        action = draw(
+            st.sampled_from(
+                ["user", "user", "assistant", "step", "step", "late", "retry", "system"]
+            )
+        )
         if action == "user":
             batches.append([Event.user(draw(TEXT))])
         elif action == "assistant":
@@ -87,11 +107,17 @@ def traffic(draw):
                 call = Event.tool_call("search", {"q": draw(TEXT)}, call_id=call_id)
                 batch.append(call)
                 fate = draw(st.sampled_from(["now", "now", "later", "never", "twice"]))
-                result = Event.tool_result(call.tool_call_id, draw(TEXT), is_error=draw(st.booleans()))
+                result = Event.tool_result(
+                    call.tool_call_id, draw(TEXT), is_error=draw(st.booleans())
+                )
                 if fate in ("now", "twice"):
                     batch.append(result)
                 if fate in ("later", "twice"):
-                    pending.append(result if fate == "later" else Event.tool_result(call.tool_call_id, draw(TEXT)))
+                    pending.append(
+                        result
+                        if fate == "later"
+                        else Event.tool_result(call.tool_call_id, draw(TEXT))
+                    )
             batches.append(batch)
         elif action == "late" and pending:
             batches.append([pending.pop(draw(st.integers(0, len(pending) - 1)))])
@@ -102,30 +128,43 @@ def traffic(draw):
     return batches + [[result] for result in pending if draw(st.booleans())]
 
 
-def replay(memory: ChatMemory, cid: str, batches: list[list[Event]], placement: str, cache: bool) -> None:
+def replay(
+    memory: ChatMemory, cid: str, batches: list[list[Event]], placement: str, cache: bool
+) -> None:
     for batch in batches:
         before = len(memory.history(cid))
         try:
             memory.add(cid, batch)
         except InvalidEventError:
             assert len(memory.history(cid)) == before, "a refused add() stored something"
-            event("an add() was refused")
+            note_event("an add() was refused")
             continue
         window = memory.window(cid)
         check(window, "You are an agent.", placement, cache)
         if MISSING_RESULT_TEXT in json.dumps(to_openai(window)):
-            event("a call without a result was rendered")
+            note_event("a call without a result was rendered")
 
 
 @settings(max_examples=200, deadline=None)
 @given(config=configs(), batches=traffic(), placement=PLACEMENTS, cache=st.booleans())
-def test_random_traffic_renders_valid_requests_on_the_memory_store(config, batches, placement, cache):
-    memory = ChatMemory(InMemoryStore(max_archived_events=None), config, summarizer=summarize, token_counter=fixed_tokens)
+def test_random_traffic_renders_valid_requests_on_the_memory_store(
+    config, batches, placement, cache
+):
+    memory = ChatMemory(
+        InMemoryStore(max_archived_events=None),
+        config,
+        summarizer=summarize,
+        token_counter=fixed_tokens,
+    )
     replay(memory, "c", batches, placement, cache)
 
 
-@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(config=configs(), batches=traffic(), placement=PLACEMENTS, cache=st.booleans())
-def test_random_traffic_renders_valid_requests_on_every_store(store, config, batches, placement, cache):
+def test_random_traffic_renders_valid_requests_on_every_store(
+    store, config, batches, placement, cache
+):
     memory = ChatMemory(store, config, summarizer=summarize, token_counter=fixed_tokens)
     replay(memory, f"render-{uuid.uuid4().hex}", batches, placement, cache)

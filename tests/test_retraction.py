@@ -25,8 +25,15 @@ def summarize(previous, events, upcoming):
 
 
 def _memory(store=None, **settings_) -> ChatMemory:
-    config = MemoryConfig(**{"compaction_strategy": "none", "max_archived_events": None, **settings_})
-    return ChatMemory(store or InMemoryStore(max_archived_events=None), config, summarizer=summarize, token_counter=fixed_tokens)
+    config = MemoryConfig(
+        **{"compaction_strategy": "none", "max_archived_events": None, **settings_}
+    )
+    return ChatMemory(
+        store or InMemoryStore(max_archived_events=None),
+        config,
+        summarizer=summarize,
+        token_counter=fixed_tokens,
+    )
 
 
 def _turn(i: int, call: bool = False) -> list[Event]:
@@ -45,8 +52,17 @@ def test_retract_returns_what_it_took_and_the_reads_leave_it_out():
     assert [e.seq for e in memory.window("c")] == [1, 4, 5, 6]
     assert [e.seq for e in memory.history("c")] == [1, 4, 5, 6]
     marked = memory.history("c", include_retracted=True)
-    assert [(e.seq, e.retracted) for e in marked] == [(1, False), (2, True), (3, True), (4, False), (5, False), (6, False)]
-    assert memory.search("c", "result").total == 0 and memory.fetch_tool_result("c", "call-1") is None
+    assert [(e.seq, e.retracted) for e in marked] == [
+        (1, False),
+        (2, True),
+        (3, True),
+        (4, False),
+        (5, False),
+        (6, False),
+    ]
+    assert (
+        memory.search("c", "result").total == 0 and memory.fetch_tool_result("c", "call-1") is None
+    )
     stats = memory.stats("c")
     assert stats.active_events == 4 and stats.archived_events == 0
     validate_anthropic_request(*memory.to_anthropic("c"))
@@ -62,7 +78,9 @@ def test_rewind_reaches_into_the_archive_and_keeps_pairs_whole():
     assert [e.seq for e in taken][:2] == [4, 5] and all(e.seq > 3 for e in taken)
     assert max(e.seq for e in memory.history("c") if e.is_real) == 3
     again = memory.add("c", [Event.user("again")])[0]
-    assert again.seq > max(e.seq for e in memory.history("c", include_retracted=True) if e.retracted)
+    assert again.seq > max(
+        e.seq for e in memory.history("c", include_retracted=True) if e.retracted
+    )
     assert [e.seq for e in memory.rewind("c", 0)] == [1, 2, 3, again.seq]
     assert [e for e in memory.history("c") if e.is_real] == []
 
@@ -110,7 +128,9 @@ def test_the_async_memory_retracts_and_rewinds():
         stored = await memory.add("c", _turn(1, call=True))
         assert [e.seq for e in await memory.retract("c", [stored[1].id])] == [2, 3]
         assert [e.seq for e in await memory.rewind("c", 0)] == [1, 4]
-        assert [e.retracted for e in await memory.history("c", include_retracted=True)] == [True] * 4
+        assert [e.retracted for e in await memory.history("c", include_retracted=True)] == [
+            True
+        ] * 4
         await memory.aclose()
 
     asyncio.run(scenario())
@@ -143,10 +163,20 @@ class Model:
         copy of those ids (an id re-added after its first copy was archived has two), and the
         tool partners of them."""
         if after_seq is not None:
-            ids = ids | {e.id for s, e in self.events.items() if self.live[s] and e.is_real and s > after_seq}
+            ids = ids | {
+                e.id for s, e in self.events.items() if self.live[s] and e.is_real and s > after_seq
+            }
         chosen = {s for s, e in self.events.items() if self.live[s] and e.id in ids}
-        calls = {self.events[s].tool_call_id for s in chosen if self.events[s].type in (EventType.TOOL_CALL, EventType.TOOL_RESULT)}
-        chosen |= {s for s, e in self.events.items() if self.live[s] and e.tool_call_id in calls and e.is_real}
+        calls = {
+            self.events[s].tool_call_id
+            for s in chosen
+            if self.events[s].type in (EventType.TOOL_CALL, EventType.TOOL_RESULT)
+        }
+        chosen |= {
+            s
+            for s, e in self.events.items()
+            if self.live[s] and e.tool_call_id in calls and e.is_real
+        }
         return sorted(chosen)
 
 
@@ -155,7 +185,11 @@ CONFIGS = st.sampled_from(
         {"compaction_strategy": "none"},
         {"compaction_strategy": "turn_window", "max_turns": 2},
         {"compaction_strategy": "sliding_window", "max_events": 5, "max_events_to_keep": 2},
-        {"compaction_strategy": "recursive_summarization", "max_events": 6, "max_events_to_keep": 3},
+        {
+            "compaction_strategy": "recursive_summarization",
+            "max_events": 6,
+            "max_events_to_keep": 3,
+        },
     ]
 )
 
@@ -183,7 +217,9 @@ def traffic(memory: ChatMemory, cid: str, data: st.DataObject, steps: int) -> No
                 batch.append(Event.assistant(f"word reply {n}"))
             stored = memory.add(cid, batch)
             model.stored(stored)
-            open_call = next((e for e in stored if open_call is not None and e.id == open_call.id), None)
+            open_call = next(
+                (e for e in stored if open_call is not None and e.id == open_call.id), None
+            )
         elif op == "retract":
             live = [s for s, ok in model.live.items() if ok]
             if not live:
@@ -204,7 +240,9 @@ def traffic(memory: ChatMemory, cid: str, data: st.DataObject, steps: int) -> No
         elif open_call is None or not model.live.get(open_call.seq or 0):
             # (never between a call and its late result: a user message there starts a turn
             # that compaction may keep while it archives the call, as without retraction)
-            gone = [e for s, e in model.events.items() if not model.live[s] and e.type is EventType.USER]
+            gone = [
+                e for s, e in model.events.items() if not model.live[s] and e.type is EventType.USER
+            ]
             if gone:
                 chosen = data.draw(st.sampled_from(gone))
                 model.stored(memory.add(cid, [chosen]))
@@ -213,17 +251,25 @@ def traffic(memory: ChatMemory, cid: str, data: st.DataObject, steps: int) -> No
 
 def check(memory: ChatMemory, cid: str, model: Model) -> None:
     everything = memory.history(cid, include_retracted=True)
-    assert [e.seq for e in everything] == list(range(1, len(everything) + 1))  # seq gap-free, never reused
+    assert [e.seq for e in everything] == list(
+        range(1, len(everything) + 1)
+    )  # seq gap-free, never reused
     real = [e for e in everything if e.is_real]
-    assert [(e.seq, e.retracted) for e in real] == [(s, not model.live[s]) for s in sorted(model.events)]
+    assert [(e.seq, e.retracted) for e in real] == [
+        (s, not model.live[s]) for s in sorted(model.events)
+    ]
     live = [e for e in memory.history(cid) if e.is_real]
     assert not any(e.retracted for e in memory.history(cid))
     # pairs stay whole: a call and its (added) result are live together
     for event in live:
         if event.type is EventType.TOOL_CALL and event.tool_call_id in model.results_of:
-            assert model.live[model.results_of[event.tool_call_id]], "an answered call lost its result"
+            assert model.live[model.results_of[event.tool_call_id]], (
+                "an answered call lost its result"
+            )
         if event.type is EventType.TOOL_RESULT:
-            assert any(e.type is EventType.TOOL_CALL and e.tool_call_id == event.tool_call_id for e in live)
+            assert any(
+                e.type is EventType.TOOL_CALL and e.tool_call_id == event.tool_call_id for e in live
+            )
     window = [e for e in memory.window(cid) if e.is_real]
     calls = set()
     for event in window:
@@ -246,7 +292,9 @@ def test_random_traffic_with_retractions_keeps_the_invariants(config, data):
     traffic(_memory(**config), "c", data, 14)
 
 
-@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(config=CONFIGS, data=st.data())
 def test_random_traffic_with_retractions_on_every_store(store, config, data):
     if not isinstance(store, Retracts):
@@ -264,11 +312,19 @@ def test_a_version_4_sql_database_gets_the_retracted_table_in_place(sqlite_url):
         with old.engine.begin() as connection:  # the tables as schema version 4 left them
             old.tables.retracted.drop(connection)
             meta = old.tables.meta
-            connection.execute(meta.update().where(meta.c.name == "schema_version").values(value="4"))
+            connection.execute(
+                meta.update().where(meta.c.name == "schema_version").values(value="4")
+            )
     with SQLStore.from_url(sqlite_url) as store:
         reply = store.history("c")[1]
         assert [e.seq for e in store.retract("c", [reply.id])] == [2]
         assert [e.content for e in store.retracted("c")] == ["reply"]
         with store.engine.connect() as connection:
-            recorded = dict(connection.execute(sa.select(store.tables.meta.c.name, store.tables.meta.c.value)).all())
-        assert recorded["schema_version"] == "5" and recorded["migrated_to_5"].endswith("retracted events table")
+            recorded = dict(
+                connection.execute(
+                    sa.select(store.tables.meta.c.name, store.tables.meta.c.value)
+                ).all()
+            )
+        assert recorded["schema_version"] == "5" and recorded["migrated_to_5"].endswith(
+            "retracted events table"
+        )

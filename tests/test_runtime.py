@@ -13,14 +13,14 @@ import httpx2
 import pytest
 
 from chat_memory import EventType, open_store
-from chat_memory.host.agent import ROUND_LIMIT_MESSAGE
 from chat_memory.backends.in_memory import InMemoryStore
-from chat_memory.render import to_anthropic
-from chat_memory.testing.scripted_model import ScriptedModel, scripted_client
-from chat_memory.summarizer import SUMMARY_SYSTEM_PROMPT
 from chat_memory.host import ChatWorkflow, import_workflow, load_template
-from chat_memory.templates import template_source
+from chat_memory.host.agent import ROUND_LIMIT_MESSAGE
 from chat_memory.host.demo import DEMO_MESSAGES, run_demo
+from chat_memory.render import to_anthropic
+from chat_memory.summarizer import SUMMARY_SYSTEM_PROMPT
+from chat_memory.templates import template_source
+from chat_memory.testing.scripted_model import ScriptedModel, scripted_client
 from tests.validators import validate_anthropic_body, validate_anthropic_request
 
 CID = "conv ../* %{}'\"ü"
@@ -65,7 +65,9 @@ class FakeClaude:
 
     def client(self):
         return anthropic.Anthropic(
-            api_key="test", max_retries=0, http_client=httpx2.Client(transport=httpx2.MockTransport(self))
+            api_key="test",
+            max_retries=0,
+            http_client=httpx2.Client(transport=httpx2.MockTransport(self)),
         )
 
 
@@ -81,7 +83,9 @@ def searching_claude(body, index):
         return message([text("I searched: the code name was Bluefin.")])
     question = last_blocks(body)[0]["text"]
     if question.startswith("What was"):
-        return message([text("Let me search."), tool_use("toolu_q1", {"keyword": "bluefin"})], "tool_use")
+        return message(
+            [text("Let me search."), tool_use("toolu_q1", {"keyword": "bluefin"})], "tool_use"
+        )
     return message([text("Noted.")])
 
 
@@ -111,7 +115,13 @@ def test_template_run_with_a_tool_use_round_trip_through_the_sdk():
     first, second = fake.requests[before:]
     # The window: the last 3 turns (turns 1 and 2 were archived when the question arrived).
     shown = [b.get("text") for m in first["messages"] for b in m["content"]]
-    assert shown == [TURNS[2], "Noted.", TURNS[3], "Noted.", "What was the code name of our service?"]
+    assert shown == [
+        TURNS[2],
+        "Noted.",
+        TURNS[3],
+        "Noted.",
+        "What was the code name of our service?",
+    ]
     assert "Bluefin" not in json.dumps(first["messages"])
     assert first["model"] == "claude-sonnet-5-5" and first["max_tokens"] == 1024
     assert "visible history is short" in first["system"][0]["text"]
@@ -122,7 +132,11 @@ def test_template_run_with_a_tool_use_round_trip_through_the_sdk():
     # The tool round trip: tool_use in the assistant message, its result in the next user message.
     assert second["messages"][-2]["content"][-1] == tool_use("toolu_q1", {"keyword": "bluefin"})
     result = second["messages"][-1]["content"][0]
-    assert result["type"] == "tool_result" and result["tool_use_id"] == "toolu_q1" and "is_error" not in result
+    assert (
+        result["type"] == "tool_result"
+        and result["tool_use_id"] == "toolu_q1"
+        and "is_error" not in result
+    )
     assert "code-named Bluefin" in result["content"] and "archived" in result["content"]
     # The turn's events, stored in order: user, then the model's step, then the answer.
     turn = memory.history(CID)[-5:]
@@ -144,16 +158,27 @@ def test_tool_errors_go_back_to_the_model_as_is_error_results():
     def respond(body, index):
         if index == 0:
             return message(
-                [tool_use("t_blank", {"keyword": "  "}), tool_use("t_unknown", {}, name="web_search")], "tool_use"
+                [
+                    tool_use("t_blank", {"keyword": "  "}),
+                    tool_use("t_unknown", {}, name="web_search"),
+                ],
+                "tool_use",
             )
         return message([text("Sorry, the search failed.")])
 
     fake = FakeClaude(respond)
-    runner = ChatWorkflow(load_template("compacting-chat"), client=fake.client(), store=InMemoryStore())
+    runner = ChatWorkflow(
+        load_template("compacting-chat"), client=fake.client(), store=InMemoryStore()
+    )
     run = runner.send("c", "What did I say first?")
     results = fake.requests[1]["messages"][-1]["content"]
-    assert [(r["tool_use_id"], r.get("is_error")) for r in results] == [("t_blank", True), ("t_unknown", True)]
-    assert "keyword" in results[0]["content"] and "no tool named 'web_search'" in results[1]["content"]
+    assert [(r["tool_use_id"], r.get("is_error")) for r in results] == [
+        ("t_blank", True),
+        ("t_unknown", True),
+    ]
+    assert (
+        "keyword" in results[0]["content"] and "no tool named 'web_search'" in results[1]["content"]
+    )
     stored = [e for e in runner.memory("c").history("c") if e.type is EventType.TOOL_RESULT]
     assert [e.is_error for e in stored] == [True, True]
     assert run.reply == "Sorry, the search failed."
@@ -179,11 +204,15 @@ def test_a_crash_mid_turn_loses_nothing_already_answered():
         if index == 0:
             return message([tool_use("t1", {"keyword": "bluefin"})], "tool_use")
         if index == 1:
-            return httpx2.Response(500, json={"type": "error", "error": {"type": "api_error", "message": "boom"}})
+            return httpx2.Response(
+                500, json={"type": "error", "error": {"type": "api_error", "message": "boom"}}
+            )
         return message([text("Back again.")])
 
     fake = FakeClaude(respond)
-    runner = ChatWorkflow(load_template("compacting-chat"), client=fake.client(), store=InMemoryStore())
+    runner = ChatWorkflow(
+        load_template("compacting-chat"), client=fake.client(), store=InMemoryStore()
+    )
     with pytest.raises(anthropic.InternalServerError):
         runner.send("c", "What was the code name?")
     history = runner.memory("c").history("c")
@@ -206,7 +235,9 @@ def test_a_summarizing_memory_uses_its_summarizer_sub_node():
         "enableConversationSearchTool": True,
     }
     model = ScriptedModel()
-    runner = ChatWorkflow(import_workflow(source), client=scripted_client(model), store=InMemoryStore())
+    runner = ChatWorkflow(
+        import_workflow(source), client=scripted_client(model), store=InMemoryStore()
+    )
     for message_text in DEMO_MESSAGES[:4]:
         runner.send("c", message_text)
     window = runner.memory("c").window("c")
@@ -231,20 +262,28 @@ def test_the_memory_node_names_the_store(node, tmp_path, monkeypatch):
         assert len(runner.memory("c").history("c")) == 2
     if node != "inMemoryChatMemory/v2":
         with open_store(url) as store:
-            assert [e.content for e in store.history("c")][0] == "First fact: the code name is Bluefin."
+            assert [e.content for e in store.history("c")][
+                0
+            ] == "First fact: the code name is Bluefin."
 
 
 def test_without_the_search_tool_no_tools_are_sent():
     source = copy.deepcopy(template_source("compacting-chat"))
-    source["nodes"][1]["clusterElements"]["memory"]["parameters"]["enableConversationSearchTool"] = False
+    source["nodes"][1]["clusterElements"]["memory"]["parameters"][
+        "enableConversationSearchTool"
+    ] = False
     fake = FakeClaude(lambda body, i: message([text("ok")]))
-    ChatWorkflow(import_workflow(source), client=fake.client(), store=InMemoryStore()).send("c", "What was first?")
+    ChatWorkflow(import_workflow(source), client=fake.client(), store=InMemoryStore()).send(
+        "c", "What was first?"
+    )
     assert "tools" not in fake.requests[0]
 
 
 def test_the_scripted_demo_searches_and_finds_the_first_fact():
     lines = []
-    runner = ChatWorkflow(load_template("compacting-chat"), client=scripted_client(), store=InMemoryStore())
+    runner = ChatWorkflow(
+        load_template("compacting-chat"), client=scripted_client(), store=InMemoryStore()
+    )
     assert run_demo(runner, "memory://", "demo-test", lines.append) == 0
     output = "\n".join(lines)
     assert "scripted stand-in model" in output
@@ -260,7 +299,12 @@ def _remote_node_params(kind, request):
         server = request.getfixturevalue("redis_server")
         return {"url": server.url, "keyPrefix": f"node-{suffix}:", "ttlSeconds": 3600}
     endpoint = request.getfixturevalue("moto_server")
-    return {"bucket": "chat-memory-nodes", "prefix": f"node-{suffix}", "region": "us-east-1", "endpointUrl": endpoint}
+    return {
+        "bucket": "chat-memory-nodes",
+        "prefix": f"node-{suffix}",
+        "region": "us-east-1",
+        "endpointUrl": endpoint,
+    }
 
 
 @pytest.mark.parametrize(

@@ -35,19 +35,28 @@ def base(request) -> S3Store:
 
 def small(base: S3Store, prefix: str | None = None, **options) -> S3Store:
     options = {"tail_events": 3, "segment_events": 2, **options}
-    return S3Store(base.client, base.bucket, prefix or uuid.uuid4().hex[:12], create_bucket=False, **options)
+    return S3Store(
+        base.client, base.bucket, prefix or uuid.uuid4().hex[:12], create_bucket=False, **options
+    )
 
 
 def test_a_retraction_takes_events_and_partners_out_of_the_tail_the_window_and_the_archive(base):
     store = small(base)
     events = numbered(20)
     store.append("c", events)
-    assert store.apply("c", CompactionPlan(store.load("c").version, archive_through_seq=7, summary=Event.summary("s")))
+    assert store.apply(
+        "c",
+        CompactionPlan(store.load("c").version, archive_through_seq=7, summary=Event.summary("s")),
+    )
     version = store.load("c").version
     # seq 3 (archived call c2), seq 10 (result c8, in a window segment), seq 20 (result c18, the tail)
     taken = store.retract("c", [events[2].id, events[9].id, events[19].id, "unknown"])
-    assert [(e.seq, e.retracted, e.archived) for e in taken] == [(s, True, False) for s in (3, 4, 9, 10, 19, 20)]
-    assert [e.content for e in taken] == [e.content for e in (events[2], events[3], events[8], events[9], events[18], events[19])]
+    assert [(e.seq, e.retracted, e.archived) for e in taken] == [
+        (s, True, False) for s in (3, 4, 9, 10, 19, 20)
+    ]
+    assert [e.content for e in taken] == [
+        e.content for e in (events[2], events[3], events[8], events[9], events[18], events[19])
+    ]
     snapshot = store.load("c")
     gone = {3, 4, 9, 10, 19, 20}
     assert snapshot.version == version + 1 and snapshot.last_seq == 21
@@ -58,9 +67,14 @@ def test_a_retraction_takes_events_and_partners_out_of_the_tail_the_window_and_t
     assert store.search("c", SearchQuery.build("r2")).total == 0
     assert store.find_events("c", [events[9].id, events[19].id], ["c2", "c8", "c18"]) == []
     assert store.retracted("c") == taken
-    assert referenced(store, "c") == object_keys(store)  # the rewritten segments' old objects are gone
+    assert referenced(store, "c") == object_keys(
+        store
+    )  # the rewritten segments' old objects are gone
     # idempotent: nothing left to retract, nothing written
-    assert store.retract("c", [events[2].id, events[19].id]) == [] and store.load("c").version == version + 1
+    assert (
+        store.retract("c", [events[2].id, events[19].id]) == []
+        and store.load("c").version == version + 1
+    )
 
 
 def test_a_retracted_id_and_call_id_may_be_added_again_and_seqs_are_never_reused(base):
@@ -79,13 +93,23 @@ def test_a_retracted_id_and_call_id_may_be_added_again_and_seqs_are_never_reused
 def test_pinned_events_and_summaries_are_refused_before_anything_is_written(base):
     store = small(base)
     store.append("c", [Event.system("be brief", tokens=1), *numbered(8)])
-    assert store.apply("c", CompactionPlan(store.load("c").version, archive_through_seq=4, summary=Event.summary("s1")))
+    assert store.apply(
+        "c",
+        CompactionPlan(store.load("c").version, archive_through_seq=4, summary=Event.summary("s1")),
+    )
     first_summary = store.load("c").window.summary
     store.append("c", numbered(4, 100))
-    assert store.apply("c", CompactionPlan(store.load("c").version, archive_through_seq=8, summary=Event.summary("s2")))
+    assert store.apply(
+        "c",
+        CompactionPlan(store.load("c").version, archive_through_seq=8, summary=Event.summary("s2")),
+    )
     snapshot = store.load("c")
     before, keys = stored_head(store, "c"), object_keys(store)
-    for event in (snapshot.window.pinned[0], snapshot.window.summary, first_summary):  # the last one is archived
+    for event in (
+        snapshot.window.pinned[0],
+        snapshot.window.summary,
+        first_summary,
+    ):  # the last one is archived
         with pytest.raises(InvalidInputError, match=event.id):
             store.retract("c", [snapshot.window.active[-1].id, event.id])
     assert stored_head(store, "c") == before and object_keys(store) == keys
@@ -102,7 +126,9 @@ def test_a_head_holding_retractions_is_format_3_which_older_code_refuses(base, m
     assert stored_head(store, "c")["format"] == 2  # no retraction yet: older code still reads it
     store.retract("c", [events[7].id])
     assert stored_head(store, "c")["format"] == 3
-    older = dataclasses.replace(layout.HEAD_FORMAT, current=2, migrations=layout.HEAD_FORMAT.migrations[:1])
+    older = dataclasses.replace(
+        layout.HEAD_FORMAT, current=2, migrations=layout.HEAD_FORMAT.migrations[:1]
+    )
     monkeypatch.setattr(layout, "HEAD_FORMAT", older)
     with pytest.raises(SchemaError, match="version 3, newer than version 2"):
         small(base, store.layout.prefix.rstrip("/")).load("c")
@@ -148,11 +174,15 @@ def test_the_archive_cap_and_compaction_keep_working_after_a_retraction(base):
     store.append("c", events)
     assert store.apply("c", CompactionPlan(store.load("c").version, archive_through_seq=6))
     assert [e.seq for e in store.history("c")][:4] == [3, 4, 5, 6]  # the cap dropped 1 and 2
-    store.retract("c", [events[2].id, events[7].id])  # archived pair c2 (3, 4), active pair c6 (7, 8)
+    store.retract(
+        "c", [events[2].id, events[7].id]
+    )  # archived pair c2 (3, 4), active pair c6 (7, 8)
     assert store.load("c").archived_count == 2
     assert store.apply("c", CompactionPlan(store.load("c").version, archive_through_seq=12))
     history = store.history("c")
-    assert [(e.seq, e.archived) for e in history] == [(s, s <= 12) for s in (9, 10, 11, 12, 13, 14, 15, 16)]
+    assert [(e.seq, e.archived) for e in history] == [
+        (s, s <= 12) for s in (9, 10, 11, 12, 13, 14, 15, 16)
+    ]
     assert store.load("c").archived_count == 4
     assert [e.seq for e in store.retracted("c")] == [3, 4, 7, 8]
     assert referenced(store, "c") == object_keys(store)
@@ -187,7 +217,9 @@ def test_an_appending_and_a_retracting_writer_never_lose_an_append_nor_bring_one
     for thread in threads:
         thread.join()
     history = appender.history("c")
-    assert [e.id for e in history] == [e.id for e in new[1::2]]  # every append kept, no retraction undone
+    assert [e.id for e in history] == [
+        e.id for e in new[1::2]
+    ]  # every append kept, no retraction undone
     assert sorted(e.id for e in taken) == sorted(doomed)  # each retracted exactly once
     assert sorted(e.id for e in appender.retracted("c")) == sorted(doomed)
     assert sorted(e.seq for e in [*history, *appender.retracted("c")]) == list(range(1, 41))
@@ -210,7 +242,10 @@ def test_the_memory_rewinds_and_retracts_on_s3_sync_and_async(base):
     async def scenario() -> list[int]:
         await asynchronous.add("c", [Event.user("again", tokens=1)])
         try:
-            return [e.seq for e in await asynchronous.retract("c", [(await asynchronous.history("c"))[0].id])]
+            return [
+                e.seq
+                for e in await asynchronous.retract("c", [(await asynchronous.history("c"))[0].id])
+            ]
         finally:
             await asynchronous.aclose()
 
@@ -228,11 +263,18 @@ _OPS = st.lists(
 )
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(_OPS)
-def test_any_mix_of_appends_retractions_and_compactions_matches_the_in_memory_store(s3_mock_store, ops):
+def test_any_mix_of_appends_retractions_and_compactions_matches_the_in_memory_store(
+    s3_mock_store, ops
+):
     """The in-memory store is the reference: same history, window, archive and retracted events."""
-    store, reference = small(s3_mock_store, max_archived_events=5), InMemoryStore(max_archived_events=5)
+    store, reference = (
+        small(s3_mock_store, max_archived_events=5),
+        InMemoryStore(max_archived_events=5),
+    )
     ids: list[str] = []
     for op, arg in ops:
         if op == "append":
@@ -248,8 +290,14 @@ def test_any_mix_of_appends_retractions_and_compactions_matches_the_in_memory_st
             active = [e.seq or 0 for e in snapshot.window.active]
             through = active[min(arg, len(active)) - 1] if active and arg else 0
             plan = CompactionPlan(store.load("c").version, archive_through_seq=through)
-            assert store.apply("c", plan) == reference.apply("c", dataclasses.replace(plan, expected_version=snapshot.version))
+            assert store.apply("c", plan) == reference.apply(
+                "c", dataclasses.replace(plan, expected_version=snapshot.version)
+            )
     assert store.history("c") == reference.history("c")
     assert store.retracted("c") == reference.retracted("c")
     mine, theirs = store.load("c"), reference.load("c")
-    assert (mine.window, mine.archived_count, mine.last_seq) == (theirs.window, theirs.archived_count, theirs.last_seq)
+    assert (mine.window, mine.archived_count, mine.last_seq) == (
+        theirs.window,
+        theirs.archived_count,
+        theirs.last_seq,
+    )

@@ -15,9 +15,8 @@ import pytest
 from chat_memory import ChatMemory, Event, MemoryConfig, open_store
 from chat_memory.backends.base import Backoff, CompactionPlan
 from chat_memory.backends.in_memory import InMemoryStore
-from chat_memory.backends.s3 import S3Store
 from chat_memory.backends.migrations import Migration
-from chat_memory.backends.s3 import layout
+from chat_memory.backends.s3 import S3Store, layout
 from chat_memory.backends.s3.client import make_client
 from chat_memory.backends.s3.layout import Layout, conversation_key
 from chat_memory.errors import ConcurrencyError, ConfigurationError, SchemaError, StorageError
@@ -39,7 +38,14 @@ class _Raw:
         yield self.body
 
 
-def inject(client, operation: str, status: int, code: str, times: int, when: Callable[[str], bool] = lambda url: True):
+def inject(
+    client,
+    operation: str,
+    status: int,
+    code: str,
+    times: int,
+    when: Callable[[str], bool] = lambda url: True,
+):
     """Answer the next ``times`` matching requests with an S3 error instead of sending them.
     Returns the list of URLs that were answered so. Only for clients of the moto *server*:
     botocore runs every before-send handler, so moto's in-process mock would still store
@@ -76,7 +82,12 @@ class Traffic:
 
 
 def memory(store, **config) -> ChatMemory:
-    return ChatMemory(store, MemoryConfig(**config), token_counter=fixed_tokens, summarizer=lambda p, e, u: "summary")
+    return ChatMemory(
+        store,
+        MemoryConfig(**config),
+        token_counter=fixed_tokens,
+        summarizer=lambda p, e, u: "summary",
+    )
 
 
 def is_head(url: str) -> bool:
@@ -141,17 +152,31 @@ def test_an_append_is_one_conditional_put_when_writing_alone(s3_mock_store):
 def test_a_412_storm_is_retried_until_the_write_lands(s3_server_store):
     m = memory(s3_server_store)
     m.add("c", turn("before"))
-    answered = inject(s3_server_store.client, "PutObject", 412, "PreconditionFailed", times=5, when=is_head)
+    answered = inject(
+        s3_server_store.client, "PutObject", 412, "PreconditionFailed", times=5, when=is_head
+    )
     stored = m.add("c", turn("during"))
     assert len(answered) == 5
     assert seqs(stored) == [3, 4]
-    assert [e.content for e in m.history("c")] == ["before", "reply to before", "during", "reply to during"]
+    assert [e.content for e in m.history("c")] == [
+        "before",
+        "reply to before",
+        "during",
+        "reply to during",
+    ]
 
 
 @pytest.mark.s3
 def test_a_409_conditional_conflict_is_retried_too(s3_server_store):
     m = memory(s3_server_store)
-    answered = inject(s3_server_store.client, "PutObject", 409, "ConditionalRequestConflict", times=3, when=is_head)
+    answered = inject(
+        s3_server_store.client,
+        "PutObject",
+        409,
+        "ConditionalRequestConflict",
+        times=3,
+        when=is_head,
+    )
     m.add("c", turn("x"))
     assert len(answered) == 3 and len(m.history("c")) == 2
 
@@ -180,7 +205,10 @@ def test_a_compaction_that_loses_its_race_leaves_no_orphaned_segment(s3_server_s
     # the segment PUT succeeds, the head PUT loses: the segment must be deleted again
     answered = inject(store.client, "PutObject", 412, "PreconditionFailed", times=1, when=is_head)
     store.backoff = FAST
-    assert store.apply("c", CompactionPlan(expected_version=snapshot.version, archive_through_seq=4)) is True
+    assert (
+        store.apply("c", CompactionPlan(expected_version=snapshot.version, archive_through_seq=4))
+        is True
+    )
     assert len(answered) == 1
     head = store._read_head("c")[0]
     assert segment_keys(store) == {store.layout.segment_key(head, ref) for ref in head.segments}
@@ -193,7 +221,9 @@ def test_a_stale_plan_is_refused_even_when_the_cache_agrees(s3_mock_client):
     first.append("c", turn("a"))
     version = first.load("c").version
     second.append("c", turn("b"))
-    assert first.apply("c", CompactionPlan(expected_version=version, archive_through_seq=2)) is False
+    assert (
+        first.apply("c", CompactionPlan(expected_version=version, archive_through_seq=2)) is False
+    )
     assert first.load("c").archived_count == 0
 
 
@@ -201,7 +231,9 @@ def test_a_stale_plan_is_refused_even_when_the_cache_agrees(s3_mock_client):
 def test_server_errors_are_retried_by_botocore(s3_server_url, monkeypatch):
     import botocore.retries.standard
 
-    monkeypatch.setattr(botocore.retries.standard.ExponentialBackoff, "delay_amount", lambda self, context: 0)
+    monkeypatch.setattr(
+        botocore.retries.standard.ExponentialBackoff, "delay_amount", lambda self, context: 0
+    )
     store = S3Store.from_url(s3_server_url)
     m = memory(store)
     puts = inject(store.client, "PutObject", 503, "SlowDown", times=2)
@@ -226,18 +258,28 @@ def test_a_head_in_an_unknown_format_is_a_schema_error(s3_mock_store):
     store.client.put_object(Bucket=store.bucket, Key=store.layout.head("c"), Body=b'{"format": 99}')
     with pytest.raises(SchemaError, match=r"format 99|version 99, newer than version 3"):
         store.load("c")
-    store.client.put_object(Bucket=store.bucket, Key=store.layout.head("c"), Body=b'["not", "a", "head"]')
+    store.client.put_object(
+        Bucket=store.bucket, Key=store.layout.head("c"), Body=b'["not", "a", "head"]'
+    )
     with pytest.raises(SchemaError, match="not a chat-memory S3 head object"):
         store.load("c")
 
 
 def _stored_head(store: S3Store, cid: str) -> dict:
-    return json.loads(store.client.get_object(Bucket=store.bucket, Key=store.layout.head(cid))["Body"].read())
+    return json.loads(
+        store.client.get_object(Bucket=store.bucket, Key=store.layout.head(cid))["Body"].read()
+    )
 
 
-def test_an_older_head_is_upgraded_when_read_and_written_back_by_the_next_write(s3_mock_client, monkeypatch):
+def test_an_older_head_is_upgraded_when_read_and_written_back_by_the_next_write(
+    s3_mock_client, monkeypatch
+):
     store = S3Store(s3_mock_client, "chat-memory-mock", "old-format", segment_events=2)
-    memory = ChatMemory(store, MemoryConfig(compaction_strategy="turn_window", max_turns=1), token_counter=fixed_tokens)
+    memory = ChatMemory(
+        store,
+        MemoryConfig(compaction_strategy="turn_window", max_turns=1),
+        token_counter=fixed_tokens,
+    )
     memory.add("c", Event.system("pinned"))
     for i in range(3):
         memory.add("c", turn(f"q{i}"))
@@ -245,25 +287,53 @@ def test_an_older_head_is_upgraded_when_read_and_written_back_by_the_next_write(
     current = _stored_head(store, "c")
     assert current["format"] == 1 and current["archive"]
     # the (pretend) format 0 kept the archive manifest under "_segments0" and no write ids
-    old = {k: v for k, v in current.items() if k not in ("archive", "writes")} | {"format": 0, "_segments0": current["archive"]}
-    store.client.put_object(Bucket=store.bucket, Key=store.layout.head("c"), Body=json.dumps(old).encode())
+    old = {k: v for k, v in current.items() if k not in ("archive", "writes")} | {
+        "format": 0,
+        "_segments0": current["archive"],
+    }
+    store.client.put_object(
+        Bucket=store.bucket, Key=store.layout.head("c"), Body=json.dumps(old).encode()
+    )
 
     reader = S3Store(s3_mock_client, "chat-memory-mock", "old-format")  # nothing cached
     with pytest.raises(SchemaError, match="no migration from version 0 to 1"):
         reader.load("c")
-    step = Migration(0, "the manifest moved to 'archive'; write ids", lambda doc: {
-        **{k: v for k, v in doc.items() if k != "_segments0"}, "format": 1, "archive": doc["_segments0"], "writes": []})
-    real = layout.HEAD_FORMAT.migrations  # 1 -> 2: window segments (written only when there are some)
-    monkeypatch.setattr(layout, "HEAD_FORMAT", dataclasses.replace(layout.HEAD_FORMAT, migrations=(step, *real)))
+    step = Migration(
+        0,
+        "the manifest moved to 'archive'; write ids",
+        lambda doc: {
+            **{k: v for k, v in doc.items() if k != "_segments0"},
+            "format": 1,
+            "archive": doc["_segments0"],
+            "writes": [],
+        },
+    )
+    real = (
+        layout.HEAD_FORMAT.migrations
+    )  # 1 -> 2: window segments (written only when there are some)
+    monkeypatch.setattr(
+        layout, "HEAD_FORMAT", dataclasses.replace(layout.HEAD_FORMAT, migrations=(step, *real))
+    )
     upgraded = S3Store(s3_mock_client, "chat-memory-mock", "old-format")
     assert [(e.seq, e.content, e.archived) for e in upgraded.history("c")] == history
-    assert upgraded.search("c", SearchQuery.build("q0")).total == 2  # "q0" and its reply: the archive is found through the old manifest
+    assert (
+        upgraded.search("c", SearchQuery.build("q0")).total == 2
+    )  # "q0" and its reply: the archive is found through the old manifest
     assert _stored_head(upgraded, "c")["format"] == 0  # reading never writes
     upgraded.append("c", [Event.user("next", tokens=1)])
     written = _stored_head(upgraded, "c")
-    assert written["format"] == 1 and written["archive"] == current["archive"] and "_segments0" not in written
-    monkeypatch.setattr(layout, "HEAD_FORMAT", dataclasses.replace(layout.HEAD_FORMAT, migrations=real))
-    assert S3Store(s3_mock_client, "chat-memory-mock", "old-format").load("c").last_seq == history[-1][0] + 1
+    assert (
+        written["format"] == 1
+        and written["archive"] == current["archive"]
+        and "_segments0" not in written
+    )
+    monkeypatch.setattr(
+        layout, "HEAD_FORMAT", dataclasses.replace(layout.HEAD_FORMAT, migrations=real)
+    )
+    assert (
+        S3Store(s3_mock_client, "chat-memory-mock", "old-format").load("c").last_seq
+        == history[-1][0] + 1
+    )
 
 
 def test_a_segment_in_a_newer_format_is_a_schema_error(s3_mock_client):
@@ -271,7 +341,9 @@ def test_a_segment_in_a_newer_format_is_a_schema_error(s3_mock_client):
     store.append("c", turn("q0"))
     assert store.apply("c", CompactionPlan(store.load("c").version, archive_through_seq=2))
     key = store.layout.segment_key(*(lambda h: (h, h.segments[0]))(store._read_head("c")[0]))
-    store.client.put_object(Bucket=store.bucket, Key=key, Body=b'{"format": 2, "events": [], "text": []}')
+    store.client.put_object(
+        Bucket=store.bucket, Key=key, Body=b'{"format": 2, "events": [], "text": []}'
+    )
     with pytest.raises(SchemaError, match=r"S3 archive segment .* version 2, newer than version 1"):
         store.history("c")
 
@@ -281,7 +353,9 @@ def test_a_segment_in_a_newer_format_is_a_schema_error(s3_mock_client):
 
 def segment_keys(store: S3Store) -> set[str]:
     prefix = f"{store.layout.prefix}archive/"
-    pages = store.client.get_paginator("list_objects_v2").paginate(Bucket=store.bucket, Prefix=prefix)
+    pages = store.client.get_paginator("list_objects_v2").paginate(
+        Bucket=store.bucket, Prefix=prefix
+    )
     return {obj["Key"] for page in pages for obj in page.get("Contents", [])}
 
 
@@ -299,7 +373,9 @@ def test_the_cap_is_exact_and_dropped_segments_are_deleted(s3_mock_client):
 
 
 def test_small_compactions_merge_into_few_segments(s3_mock_client):
-    store = S3Store(s3_mock_client, "merge-bucket", "p", max_archived_events=None, segment_events=16)
+    store = S3Store(
+        s3_mock_client, "merge-bucket", "p", max_archived_events=None, segment_events=16
+    )
     m = memory(store, compaction_strategy="turn_window", max_turns=1)
     for i in range(101):
         m.add("c", turn(f"t{i}"))
@@ -307,11 +383,19 @@ def test_small_compactions_merge_into_few_segments(s3_mock_client):
     assert head.archived_count == 200
     # 200 events in 2-event batches: full segments of 16 plus a binary tail, not 100 objects
     assert len(head.segments) <= 200 // 16 + 4
-    assert [ref.first_seq for ref in head.segments] == sorted(ref.first_seq for ref in head.segments)
+    assert [ref.first_seq for ref in head.segments] == sorted(
+        ref.first_seq for ref in head.segments
+    )
 
 
 def _replay(store, operations: list[list[Event]]) -> ChatMemory:
-    m = memory(store, compaction_strategy="recursive_summarization", max_events=5, max_events_to_keep=3, overlap_size=1)
+    m = memory(
+        store,
+        compaction_strategy="recursive_summarization",
+        max_events=5,
+        max_events_to_keep=3,
+        overlap_size=1,
+    )
     for batch in operations:
         m.add("c", batch)
     return m
@@ -320,12 +404,23 @@ def _replay(store, operations: list[list[Event]]) -> ChatMemory:
 def test_summaries_archived_out_of_order_match_the_reference_store(s3_mock_client):
     """Recursive summarization archives the old summary with events older than it; segments
     must stay in seq order, the cap exact, and history and search equal to the memory store's."""
-    operations = [turn(f"topic {i} bluefin" if i % 3 == 0 else f"topic {i}", tool=i % 2 == 0) for i in range(40)]
+    operations = [
+        turn(f"topic {i} bluefin" if i % 3 == 0 else f"topic {i}", tool=i % 2 == 0)
+        for i in range(40)
+    ]
     reference = _replay(InMemoryStore(max_archived_events=23), operations)
-    s3 = _replay(S3Store(s3_mock_client, "ref-bucket", "p", max_archived_events=23, segment_events=5), operations)
+    s3 = _replay(
+        S3Store(s3_mock_client, "ref-bucket", "p", max_archived_events=23, segment_events=5),
+        operations,
+    )
     view = lambda events: [(e.seq, e.type, e.content, e.archived) for e in events]  # noqa: E731
     assert view(s3.history("c")) == view(reference.history("c"))
-    for keyword, mode, page in [("bluefin", "phrase", 0), ("topic 1", "phrase", 1), ("topic lookup", "all", 0), ("3 7", "any", 2)]:
+    for keyword, mode, page in [
+        ("bluefin", "phrase", 0),
+        ("topic 1", "phrase", 1),
+        ("topic lookup", "all", 0),
+        ("3 7", "any", 2),
+    ]:
         query = SearchQuery.build(keyword, mode, page, page_size=4)
         mine, theirs = s3.store.search("c", query), reference.store.search("c", query)
         assert (mine.total, view(mine.events)) == (theirs.total, view(theirs.events))
@@ -335,14 +430,31 @@ def test_summaries_archived_out_of_order_match_the_reference_store(s3_mock_clien
 def test_random_conversations_match_the_reference_store(s3_mock_client, seed):
     rnd = random.Random(seed)
     cap = rnd.choice([0, 1, 2, 5, 17, None])
-    strategy = rnd.choice(["turn_window", "sliding_window", "recursive_summarization", "token_count"])
+    strategy = rnd.choice(
+        ["turn_window", "sliding_window", "recursive_summarization", "token_count"]
+    )
     config = MemoryConfig(
-        compaction_strategy=strategy, max_turns=rnd.randint(1, 4), max_events=rnd.randint(3, 8),
-        max_events_to_keep=2, overlap_size=1, max_tokens=30,
+        compaction_strategy=strategy,
+        max_turns=rnd.randint(1, 4),
+        max_events=rnd.randint(3, 8),
+        max_events_to_keep=2,
+        overlap_size=1,
+        max_tokens=30,
     )
     summarize = lambda previous, events, upcoming: f"summary of {len(events)}"  # noqa: E731
-    reference = ChatMemory(InMemoryStore(max_archived_events=cap), config, summarizer=summarize, token_counter=fixed_tokens)
-    store = S3Store(s3_mock_client, "random-bucket", f"s{seed}", max_archived_events=cap, segment_events=rnd.choice([1, 3, 8, 128]))
+    reference = ChatMemory(
+        InMemoryStore(max_archived_events=cap),
+        config,
+        summarizer=summarize,
+        token_counter=fixed_tokens,
+    )
+    store = S3Store(
+        s3_mock_client,
+        "random-bucket",
+        f"s{seed}",
+        max_archived_events=cap,
+        segment_events=rnd.choice([1, 3, 8, 128]),
+    )
     s3 = ChatMemory(store, config, summarizer=summarize, token_counter=fixed_tokens)
     for i in range(rnd.randint(5, 40)):
         batch = turn(f"t{i} w{i % 5}", tool=rnd.random() < 0.3)
@@ -357,8 +469,14 @@ def test_random_conversations_match_the_reference_store(s3_mock_client, seed):
     assert s3.stats("c") == reference.stats("c")
     for keyword in ["w1", "t1", "lookup", "t"]:
         for page in range(3):
-            mine, theirs = s3.search("c", keyword, page=page, page_size=3), reference.search("c", keyword, page=page, page_size=3)
-            assert (mine.total, [h.seq for h in mine.hits]) == (theirs.total, [h.seq for h in theirs.hits])
+            mine, theirs = (
+                s3.search("c", keyword, page=page, page_size=3),
+                reference.search("c", keyword, page=page, page_size=3),
+            )
+            assert (mine.total, [h.seq for h in mine.hits]) == (
+                theirs.total,
+                [h.seq for h in theirs.hits],
+            )
 
 
 def test_readers_racing_compactions_see_consistent_archives(s3_mock_client):
@@ -375,7 +493,7 @@ def test_readers_racing_compactions_see_consistent_archives(s3_mock_client):
                 assert seqs(history) == sorted(seqs(history)) and len(archived) <= 30
                 hits = m.search("c", "reply", page_size=100).hits
                 assert [h.seq for h in hits] == sorted({h.seq for h in hits}) and len(hits) <= 31
-            except Exception as exc:  # noqa: BLE001 - reported below
+            except Exception as exc:
                 problems.append(exc)
 
     threads = [threading.Thread(target=reader) for _ in range(2)]
@@ -398,16 +516,33 @@ def test_clear_deletes_every_object_of_the_conversation(s3_mock_store):
         m.add("other", turn(f"t{i}"))
     assert segment_keys(store)
     store.clear("c")
-    listing = store.client.list_objects_v2(Bucket=store.bucket, Prefix=store.layout.prefix)["Contents"]
+    listing = store.client.list_objects_v2(Bucket=store.bucket, Prefix=store.layout.prefix)[
+        "Contents"
+    ]
     keys = {obj["Key"] for obj in listing}
-    assert keys and all("archive/" + conversation_key("other") in k or k == store.layout.head("other") for k in keys)
+    assert keys and all(
+        "archive/" + conversation_key("other") in k or k == store.layout.head("other") for k in keys
+    )
     m.add("c", turn("again"))
     assert seqs(m.history("c")) == [1, 2]
 
 
 # -- keys, bucket, URL ---------------------------------------------------------------------
 
-HOSTILE_IDS = ["../x", "../../etc/passwd", "*", "%", "%2F", "{}", "a/b", "'\"", "ünïcødé 💬", "x" * 1000, "heads", "b"]
+HOSTILE_IDS = [
+    "../x",
+    "../../etc/passwd",
+    "*",
+    "%",
+    "%2F",
+    "{}",
+    "a/b",
+    "'\"",
+    "ünïcødé 💬",
+    "x" * 1000,
+    "heads",
+    "b",
+]
 
 
 def test_hostile_conversation_ids_stay_distinct_and_inside_the_prefix(s3_mock_client):
@@ -420,7 +555,9 @@ def test_hostile_conversation_ids_stay_distinct_and_inside_the_prefix(s3_mock_cl
         assert [e.content for e in store.history(cid)] == [f"hello {cid}"]
     assert store.conversations() == sorted(HOSTILE_IDS)
     assert neighbour.conversations() == ["other"]
-    keys = [obj["Key"] for obj in s3_mock_client.list_objects_v2(Bucket="hostile-bucket")["Contents"]]
+    keys = [
+        obj["Key"] for obj in s3_mock_client.list_objects_v2(Bucket="hostile-bucket")["Contents"]
+    ]
     ours = [k for k in keys if not k.startswith("tenant2/")]
     assert len(ours) == len(HOSTILE_IDS) and all(k.startswith("tenant/heads/") for k in ours)
     assert all(len(k.encode()) < 300 and ".." not in k for k in keys)
@@ -431,7 +568,9 @@ def test_hostile_conversation_ids_stay_distinct_and_inside_the_prefix(s3_mock_cl
 def test_the_bucket_is_created_once_even_by_racing_stores(s3_mock_client):
     stores: list[S3Store] = []
     threads = [
-        threading.Thread(target=lambda: stores.append(S3Store(s3_mock_client, "fresh-bucket", f"p{i}")))
+        threading.Thread(
+            target=lambda: stores.append(S3Store(s3_mock_client, "fresh-bucket", f"p{i}"))
+        )
         for i in range(6)
     ]
     for t in threads:
@@ -459,7 +598,12 @@ def test_url_options_and_client_ownership(moto_server):
 
 @pytest.mark.parametrize(
     "url",
-    ["s3://ab/p", "s3://bucket/p?colour=blue", "s3://bucket/p?max_archived_events=-1", "s3://bucket/p?segment_events=x"],
+    [
+        "s3://ab/p",
+        "s3://bucket/p?colour=blue",
+        "s3://bucket/p?max_archived_events=-1",
+        "s3://bucket/p?segment_events=x",
+    ],
 )
 def test_bad_urls_are_configuration_errors(url):
     with pytest.raises(ConfigurationError):
@@ -484,14 +628,20 @@ ADDS = 8
 
 @pytest.mark.s3
 def test_eight_processes_writing_one_conversation_lose_nothing(s3_url, writer_processes):
-    done = list(writer_processes.map(s3_writer, [s3_url] * WRITERS, range(WRITERS), [ADDS] * WRITERS, timeout=240))
+    done = list(
+        writer_processes.map(
+            s3_writer, [s3_url] * WRITERS, range(WRITERS), [ADDS] * WRITERS, timeout=240
+        )
+    )
     assert done == [ADDS] * WRITERS
     store = open_store(s3_url)
     history = store.history("shared")
     store.close()
     assert seqs(history) == list(range(1, 2 * WRITERS * ADDS + 1))
     questions = [e for e in history if e.content.startswith("q ")]
-    assert sorted(e.content for e in questions) == sorted(f"q {w} {i}" for w in range(WRITERS) for i in range(ADDS))
+    assert sorted(e.content for e in questions) == sorted(
+        f"q {w} {i}" for w in range(WRITERS) for i in range(ADDS)
+    )
     by_seq = {e.seq: e for e in history}
     for q in questions:
         assert by_seq[q.seq + 1].content == "a" + q.content[1:]

@@ -23,14 +23,16 @@ from chat_memory.search import SearchQuery
 from chat_memory.testing.store_conformance import StoreConformance
 from tests.conftest import WRITER_PROCESSES as WRITERS
 from tests.helpers import fixed_tokens, seqs
-from tests.workers import append_turns
 from tests.s3_segments import numbered, object_keys, referenced, stored_head
+from tests.workers import append_turns
 
 NONE = MemoryConfig(compaction_strategy="none")
 
 
 def small_store(client, prefix: str | None = None, tail: int = 2) -> S3Store:
-    return S3Store(client, "window-bucket", prefix or uuid.uuid4().hex[:12], tail_events=tail, segment_events=2)
+    return S3Store(
+        client, "window-bucket", prefix or uuid.uuid4().hex[:12], tail_events=tail, segment_events=2
+    )
 
 
 class TestEveryRuleThroughWindowSegments(StoreConformance):
@@ -61,10 +63,16 @@ def test_the_head_holds_a_bounded_tail_and_the_window_reads_whole(s3_mock_client
     for batch in batches:
         memory.add("c", batch)
     doc = stored_head(store, "c")
-    assert doc["format"] == 2 and len(doc["active"]) <= 4 and len(doc["window"]) == 40 // 4 - (len(doc["active"]) == 4)
+    assert (
+        doc["format"] == 2
+        and len(doc["active"]) <= 4
+        and len(doc["window"]) == 40 // 4 - (len(doc["active"]) == 4)
+    )
     assert seqs(store.load("c").window.active) == list(range(1, 41))
     assert [e.seq for e in store.history("c")] == list(range(1, 41))
-    assert [e.seq for e in store.search("c", SearchQuery.build("r12")).events] == [14]  # in a segment
+    assert [e.seq for e in store.search("c", SearchQuery.build("r12")).events] == [
+        14
+    ]  # in a segment
     assert referenced(store, "c") == object_keys(store)
     # a retry of events sealed long ago is recognised (by the Bloom filter, then the segment)
     again = memory.add("c", [*batches[0], *batches[1]])
@@ -83,8 +91,16 @@ def test_a_compaction_archives_across_window_segments_and_retires_them(s3_mock_c
     assert store.apply("c", CompactionPlan(store.load("c").version, archive_through_seq=7))
     head = store._read_head("c")[0]
     assert [ref.skip for ref in head.window][:1] == [1]  # seqs 7-9: seq 7 archived, 8 and 9 active
-    assert seqs(store.load("c").window.active) == list(range(8, 21)) and store.load("c").archived_count == 7
-    assert [(e.seq, e.archived) for e in store.history("c")][5:9] == [(6, True), (7, True), (8, False), (9, False)]
+    assert (
+        seqs(store.load("c").window.active) == list(range(8, 21))
+        and store.load("c").archived_count == 7
+    )
+    assert [(e.seq, e.archived) for e in store.history("c")][5:9] == [
+        (6, True),
+        (7, True),
+        (8, False),
+        (9, False),
+    ]
     assert referenced(store, "c") == object_keys(store)  # wholly archived segments deleted
     found = store.find_events("c", [events[6].id, events[7].id], ["c6"])
     # seq 7 (id of the 7th event, archived) is found by call id only, marked archived
@@ -117,10 +133,16 @@ def test_a_head_in_the_older_layout_is_read_and_sealed_by_the_next_write(s3_mock
     store = small_store(s3_mock_client, tail=8)
     old = numbered(30)
     # what an older chat-memory wrote: format 1, the whole window in the head, no blooms
-    head = Head.new("c").evolve(version=1, last_seq=30, active=tuple(e.model_copy(update={"seq": i + 1}) for i, e in enumerate(old)))
+    head = Head.new("c").evolve(
+        version=1,
+        last_seq=30,
+        active=tuple(e.model_copy(update={"seq": i + 1}) for i, e in enumerate(old)),
+    )
     doc = json.loads(head.to_bytes())
     doc.pop("archive_blooms")
-    store.client.put_object(Bucket=store.bucket, Key=store.layout.head("c"), Body=json.dumps(doc).encode())
+    store.client.put_object(
+        Bucket=store.bucket, Key=store.layout.head("c"), Body=json.dumps(doc).encode()
+    )
     reader = small_store(s3_mock_client, store.layout.prefix.rstrip("/"), tail=8)
     assert seqs(reader.load("c").window.active) == list(range(1, 31))
     assert [e.seq for e in reader.find_events("c", [old[3].id], ["c10"])] == [4, 11, 12]
@@ -138,9 +160,14 @@ def test_blooms_dropped_by_an_older_writer_only_make_look_ups_fetch_more(s3_mock
     doc = stored_head(store, "c")
     assert doc["format"] == 1 and doc["archive_blooms"] and all(doc["archive_blooms"])
     doc.pop("archive_blooms")  # an older chat-memory rewrote the head
-    store.client.put_object(Bucket=store.bucket, Key=store.layout.head("c"), Body=json.dumps(doc).encode())
+    store.client.put_object(
+        Bucket=store.bucket, Key=store.layout.head("c"), Body=json.dumps(doc).encode()
+    )
     fresh = small_store(s3_mock_client, store.layout.prefix.rstrip("/"), tail=64)
-    assert [(e.seq, e.archived) for e in fresh.find_tool_events("c", ["c2"])] == [(3, True), (4, True)]
+    assert [(e.seq, e.archived) for e in fresh.find_tool_events("c", ["c2"])] == [
+        (3, True),
+        (4, True),
+    ]
 
 
 @pytest.mark.slow
@@ -150,7 +177,16 @@ def test_eight_processes_sealing_over_http_lose_nothing(s3_url, strategy, writer
     """Eight writer processes on moto's server, a four-event tail: nearly every add seals a
     segment (the lean append under ``none``; with compaction, archiving across segments)."""
     url, turns = f"{s3_url}&tail_events=4", 12
-    done = list(writer_processes.map(append_turns, [url] * WRITERS, ["shared"] * WRITERS, range(WRITERS), [turns] * WRITERS, [strategy] * WRITERS))
+    done = list(
+        writer_processes.map(
+            append_turns,
+            [url] * WRITERS,
+            ["shared"] * WRITERS,
+            range(WRITERS),
+            [turns] * WRITERS,
+            [strategy] * WRITERS,
+        )
+    )
     assert done == [turns] * WRITERS
     store = S3Store.from_url(url)
     try:
@@ -162,7 +198,9 @@ def test_eight_processes_sealing_over_http_lose_nothing(s3_url, strategy, writer
         if strategy == "none":
             assert seqs(window) == list(range(1, 2 * WRITERS * turns + 1))
         else:
-            assert 1 <= len(window) <= 6 and store.load("shared").archived_count == len(history) - len(window)
+            assert 1 <= len(window) <= 6 and store.load("shared").archived_count == len(
+                history
+            ) - len(window)
         assert referenced(store, "shared") == object_keys(store)  # no orphan left by a lost race
     finally:
         store.close()

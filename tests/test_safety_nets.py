@@ -33,8 +33,18 @@ def failing(previous, events, upcoming):
 
 
 def recursive(store, summarizer, **overrides) -> ChatMemory:
-    settings = {"compaction_strategy": "recursive_summarization", "max_events": 6, "max_events_to_keep": 2, "overlap_size": 0}
-    return ChatMemory(store, MemoryConfig(**{**settings, **overrides}), summarizer=summarizer, token_counter=fixed_tokens)
+    settings = {
+        "compaction_strategy": "recursive_summarization",
+        "max_events": 6,
+        "max_events_to_keep": 2,
+        "overlap_size": 0,
+    }
+    return ChatMemory(
+        store,
+        MemoryConfig(**{**settings, **overrides}),
+        summarizer=summarizer,
+        token_counter=fixed_tokens,
+    )
 
 
 # -- the summarizer fails ---------------------------------------------------------------------
@@ -49,9 +59,15 @@ def test_an_always_failing_summarizer_keeps_the_window_within_twice_its_limit(st
     history = memory.history("c")
     assert sum(e.is_real for e in history) == 2 * turns  # nothing lost
     stats = memory.stats("c")
-    assert "summarizer down" in stats.last_compaction_error and "archived without a new summary" in stats.last_compaction_error
+    assert (
+        "summarizer down" in stats.last_compaction_error
+        and "archived without a new summary" in stats.last_compaction_error
+    )
     summary = next(e for e in memory.window("c") if e.type.value == "summary")
-    assert "archived without being summarized" in summary.content and "conversation_search" in summary.content
+    assert (
+        "archived without being summarized" in summary.content
+        and "conversation_search" in summary.content
+    )
     records = memory.compactions("c")
     assert records and all(r.fallback and "summarizer down" in r.reason for r in records)
     assert memory.search("c", "reply to q0").total == 1  # the archived turns stay searchable
@@ -97,9 +113,14 @@ def test_a_summarizer_that_can_never_work_is_asked_once_then_compaction_goes_on_
 
     def not_found(request):
         requests.append(request)
-        return httpx2.Response(404, json={"type": "error", "error": {"type": "not_found_error", "message": "model: nope"}})
+        return httpx2.Response(
+            404,
+            json={"type": "error", "error": {"type": "not_found_error", "message": "model: nope"}},
+        )
 
-    memory = recursive(InMemoryStore(), AnthropicSummarizer(model="nope", client=client_with(not_found)))
+    memory = recursive(
+        InMemoryStore(), AnthropicSummarizer(model="nope", client=client_with(not_found))
+    )
     for i in range(12):
         memory.add("c", turn(f"q{i}"))
     assert len(requests) == 1
@@ -151,27 +172,44 @@ def test_force_archives_everything_but_the_newest_turn_even_without_a_strategy(s
     window = memory.window("c")
     assert [e.content for e in window if e.is_real][0] == "q4"
     stub = window[0]
-    assert stub.type.value == "summary" and "#1–#16" in stub.content and "conversation_search" in stub.content
+    assert (
+        stub.type.value == "summary"
+        and "#1–#16" in stub.content
+        and "conversation_search" in stub.content
+    )
     assert memory.compactions("c")[-1].forced
     assert memory.compact("c", force=True).archived_events == 0  # only the newest turn is left
 
 
 def test_force_summarises_with_a_summarizing_strategy():
-    memory = recursive(InMemoryStore(), lambda p, e, u: f"{len(e)} events summarised", max_events=50, max_events_to_keep=2)
+    memory = recursive(
+        InMemoryStore(),
+        lambda p, e, u: f"{len(e)} events summarised",
+        max_events=50,
+        max_events_to_keep=2,
+    )
     for i in range(4):
         memory.add("c", turn(f"q{i}"))
     assert memory.compact("c").archived_events == 0  # under the limit
     result = memory.compact("c", force=True)
-    assert result.archived_events == 6 and result.summary.content == "6 events summarised" and not result.fallback
+    assert (
+        result.archived_events == 6
+        and result.summary.content == "6 events summarised"
+        and not result.fallback
+    )
 
 
 # -- auto_compact -----------------------------------------------------------------------------
 
 
 def test_auto_compact_needs_a_summarizer():
-    with pytest.raises(ConfigurationError, match="Summarizer model must be configured for auto-compact"):
+    with pytest.raises(
+        ConfigurationError, match="Summarizer model must be configured for auto-compact"
+    ):
         ChatMemory(InMemoryStore(), MemoryConfig(compaction_strategy="auto_compact"))
-    with pytest.raises(ConfigurationError, match=r"Compact at ratio \(1.5\) must be greater than 0 and at most 1"):
+    with pytest.raises(
+        ConfigurationError, match=r"Compact at ratio \(1.5\) must be greater than 0 and at most 1"
+    ):
         MemoryConfig(compaction_strategy="auto_compact", compact_at_ratio=1.5)
 
 
@@ -184,7 +222,9 @@ def test_auto_compact_keeps_the_window_under_its_share_of_the_context_plus_the_n
 
     memory = ChatMemory(
         store,
-        MemoryConfig(compaction_strategy="auto_compact", context_window_tokens=200, compact_at_ratio=0.5),
+        MemoryConfig(
+            compaction_strategy="auto_compact", context_window_tokens=200, compact_at_ratio=0.5
+        ),
         summarizer=summarize,
         token_counter=fixed_tokens,
     )
@@ -193,11 +233,14 @@ def test_auto_compact_keeps_the_window_under_its_share_of_the_context_plus_the_n
         memory.add("c", turn(f"question {i} with some words", tool=i % 3 == 0))
         window = memory.window("c")
         active = [e for e in window if e.is_real]
-        newest = active[[j for j, e in enumerate(active) if e.type.value == "user"][-1]:]
+        newest = active[[j for j, e in enumerate(active) if e.type.value == "user"][-1] :]
         assert memory.stats("c").window_tokens <= 100 + sum(e.tokens or 0 for e in newest)
         prefixes.add(window[0].id)
     records = memory.compactions("c")
-    assert records and all(r.strategy == "auto_compact" and r.tokens_before > 100 and r.tokens_after < r.tokens_before for r in records)
+    assert records and all(
+        r.strategy == "auto_compact" and r.tokens_before > 100 and r.tokens_after < r.tokens_before
+        for r in records
+    )
     # between compactions the window only grows at its end: one prefix per compaction (plus the start)
     assert len(prefixes) == len(summaries) + 1 and len(summaries) >= len(records)
 
@@ -206,15 +249,24 @@ def test_auto_compact_keeps_the_window_under_its_share_of_the_context_plus_the_n
 
 
 def test_compaction_records_on_every_store(store):
-    config = MemoryConfig(compaction_strategy="turn_window", max_turns=2, compact_to_ratio=1.0)  # one turn each
+    config = MemoryConfig(
+        compaction_strategy="turn_window", max_turns=2, compact_to_ratio=1.0
+    )  # one turn each
     memory = ChatMemory(store, config, token_counter=fixed_tokens)
     for i in range(store.compaction_records_kept + 10):
         memory.add("c", turn(f"q{i}"))
     records = memory.compactions("c")
     assert len(records) == store.compaction_records_kept  # the newest are kept
-    assert [r.archived_through_seq for r in records] == sorted(r.archived_through_seq for r in records)
+    assert [r.archived_through_seq for r in records] == sorted(
+        r.archived_through_seq for r in records
+    )
     last = records[-1]
-    assert (last.strategy, last.archived_events, last.fallback, last.summarizer) == ("turn_window", 2, False, None)
+    assert (last.strategy, last.archived_events, last.fallback, last.summarizer) == (
+        "turn_window",
+        2,
+        False,
+        None,
+    )
     # the archived turn: 'qN' (1 word) and 'reply to qN' (3 words), 4 tokens of overhead each
     assert last.tokens_before - last.tokens_after == (1 + 4) + (3 + 4)
     memory.clear("c")
@@ -226,7 +278,10 @@ def test_compaction_records_on_every_store(store):
 
 def test_an_event_larger_than_the_context_window_is_refused_with_the_sizes(store):
     memory = ChatMemory(store, MemoryConfig(context_window_tokens=50), token_counter=fixed_tokens)
-    with pytest.raises(InvalidEventError, match=r"events\[1\] \(user\) has 105 tokens, more than the whole context window \(context_window_tokens = 50\)"):
+    with pytest.raises(
+        InvalidEventError,
+        match=r"events\[1\] \(user\) has 105 tokens, more than the whole context window \(context_window_tokens = 50\)",
+    ):
         memory.add("c", [Event.user("fine"), Event.user("word " * 101)])
     assert memory.history("c") == []
 
@@ -236,7 +291,10 @@ def test_tool_results_over_the_cap_are_cut_with_a_visible_note(store):
     memory.add("c", [Event.user("run it"), Event.tool_call("shell", {"cmd": "ls"}, call_id="c1")])
     stored = memory.add("c", Event.tool_result("c1", "file.txt " * 1000))[0]
     assert 60 < stored.tokens <= 100 and stored.metadata["truncated_from_tokens"] > 1000
-    assert stored.content.startswith("file.txt file.txt") and "max_tool_result_tokens (100)" in stored.content
+    assert (
+        stored.content.startswith("file.txt file.txt")
+        and "max_tool_result_tokens (100)" in stored.content
+    )
     assert memory.history("c")[-1].content == stored.content
 
 
@@ -254,11 +312,21 @@ def overflowing_client(times: int):
             refused.append(request)
             return httpx2.Response(
                 400,
-                json={"type": "error", "error": {"type": "invalid_request_error", "message": "prompt is too long: 210000 tokens > 200000 maximum"}},
+                json={
+                    "type": "error",
+                    "error": {
+                        "type": "invalid_request_error",
+                        "message": "prompt is too long: 210000 tokens > 200000 maximum",
+                    },
+                },
             )
         return model(request)
 
-    client = anthropic.Anthropic(api_key="test", max_retries=0, http_client=httpx2.Client(transport=httpx2.MockTransport(handler)))
+    client = anthropic.Anthropic(
+        api_key="test",
+        max_retries=0,
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
+    )
     return client, refused
 
 
@@ -273,14 +341,19 @@ def test_the_agent_answers_after_one_forced_compaction():
     answer = agent.run_turn("c", "What was the first fact I gave you?")
     assert len(refused) == 1 and answer.text
     assert memory.compactions("c")[-1].forced
-    assert [e.content for e in memory.window("c") if e.type.value == "user"] == ["What was the first fact I gave you?"]
+    assert [e.content for e in memory.window("c") if e.type.value == "user"] == [
+        "What was the first fact I gave you?"
+    ]
 
 
 def test_a_second_overflow_is_a_clear_error_naming_the_conversation():
     memory = ChatMemory(InMemoryStore())
     client, refused = overflowing_client(2)
     agent = Agent(client, memory, model="claude-sonnet-5-5")
-    with pytest.raises(ContextOverflowError, match=r"conversation 'support-7' .* twice: first with \d+ window tokens"):
+    with pytest.raises(
+        ContextOverflowError,
+        match=r"conversation 'support-7' .* twice: first with \d+ window tokens",
+    ):
         agent.run_turn("support-7", "hello")
     assert len(refused) == 2
 

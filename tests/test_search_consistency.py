@@ -46,15 +46,30 @@ CONFIGS = st.sampled_from(
     [
         MemoryConfig(),
         MemoryConfig(compaction_strategy="turn_window", max_turns=2, compact_to_ratio=1.0),
-        MemoryConfig(compaction_strategy="sliding_window", max_events=4, max_archived_events=5, compact_to_ratio=1.0),
-        MemoryConfig(compaction_strategy="recursive_summarization", max_events=5, max_events_to_keep=2, overlap_size=1),
+        MemoryConfig(
+            compaction_strategy="sliding_window",
+            max_events=4,
+            max_archived_events=5,
+            compact_to_ratio=1.0,
+        ),
+        MemoryConfig(
+            compaction_strategy="recursive_summarization",
+            max_events=5,
+            max_events_to_keep=2,
+            overlap_size=1,
+        ),
     ]
 )
 
 
 def shape(event: Event) -> tuple[Any, ...]:
     # summaries are written by each memory with ids of their own
-    return (event.seq, event.type, event.content if event.type.value == "summary" else event.id, event.archived)
+    return (
+        event.seq,
+        event.type,
+        event.content if event.type.value == "summary" else event.id,
+        event.archived,
+    )
 
 
 def answer(memory: ChatMemory, cid: str, keyword: str, mode: str, page: int, size: int) -> Any:
@@ -62,17 +77,25 @@ def answer(memory: ChatMemory, cid: str, keyword: str, mode: str, page: int, siz
         result = memory.search(cid, keyword, page=page, match_mode=mode, page_size=size)
     except SearchError as exc:
         return ("refused", str(exc))
-    return (result.total, result.has_more, [(h.seq, h.type, h.content, h.archived) for h in result.hits])
+    return (
+        result.total,
+        result.has_more,
+        [(h.seq, h.type, h.content, h.archived) for h in result.hits],
+    )
 
 
 @settings(
-    max_examples=25 * SCALE, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+    max_examples=25 * SCALE,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(batches=histories(), config=CONFIGS, data=st.data())
 def test_every_backend_searches_like_the_memory_store(store, batches, config, data):
     cid = f"same-{uuid.uuid4().hex}"
     tested = ChatMemory(store, config, summarizer=summarize, token_counter=fixed_tokens)
-    reference = ChatMemory(InMemoryStore(), config, summarizer=summarize, token_counter=fixed_tokens)
+    reference = ChatMemory(
+        InMemoryStore(), config, summarizer=summarize, token_counter=fixed_tokens
+    )
     for batch in batches:
         tested.add(cid, batch)
         reference.add(cid, batch)
@@ -89,4 +112,6 @@ def test_every_backend_searches_like_the_memory_store(store, batches, config, da
         mode = data.draw(st.sampled_from(["phrase", "all", "any"]))
         size = data.draw(st.integers(1, 4))
         for page in range(3):
-            assert answer(tested, cid, keyword, mode, page, size) == answer(reference, cid, keyword, mode, page, size)
+            assert answer(tested, cid, keyword, mode, page, size) == answer(
+                reference, cid, keyword, mode, page, size
+            )

@@ -25,7 +25,10 @@ from chat_memory.host.cli import main
 
 # every printable character, the ones drivers split URLs at among them
 PASSWORDS = st.text(
-    st.one_of(st.sampled_from("#?@%/:&=+;[] ~!$'()*,"), st.characters(codec="utf-8", categories=("L", "N", "P", "S"))),
+    st.one_of(
+        st.sampled_from("#?@%/:&=+;[] ~!$'()*,"),
+        st.characters(codec="utf-8", categories=("L", "N", "P", "S")),
+    ),
     min_size=1,
     max_size=24,
 )
@@ -68,7 +71,9 @@ def chain(exc: BaseException) -> str:
 # -- the redaction ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("scheme", ["postgresql+psycopg", "mysql+pymysql", "redis", "rediss", "redis+cluster", "http"])
+@pytest.mark.parametrize(
+    "scheme", ["postgresql+psycopg", "mysql+pymysql", "redis", "rediss", "redis+cluster", "http"]
+)
 @given(user=USERS, password=PASSWORDS)
 def test_any_password_is_masked_whole_and_the_rest_kept(scheme, user, password):
     assert redact_url(f"{scheme}://{user}:{password}@{TAIL}") == f"{scheme}://{user}:{MASK}@{TAIL}"
@@ -80,22 +85,52 @@ def test_the_mask_covers_the_password_sqlalchemy_connects_with(user, password):
     url = f"postgresql+psycopg://{user}:{password}@{TAIL}"
     parsed = make_url(url)
     assert (parsed.username, parsed.host, parsed.port) == (user, "db.example", 5432)
-    assert parsed.password is not None and redact_url(url) == f"postgresql+psycopg://{user}:{MASK}@{TAIL}"
+    assert (
+        parsed.password is not None
+        and redact_url(url) == f"postgresql+psycopg://{user}:{MASK}@{TAIL}"
+    )
 
 
 @given(key=USERS, password=PASSWORDS.filter(lambda p: "&" not in p))
 def test_an_s3_endpoint_with_credentials_is_masked_inside_the_store_url(key, password):
     url = f"s3://bucket/prefix?region=x&endpoint_url=http://{key}:{password}@127.0.0.1:9000"
-    assert redact_url(url) == f"s3://bucket/prefix?region=x&endpoint_url=http://{key}:{MASK}@127.0.0.1:9000"
-    assert strip_userinfo(f"http://{key}:{password}@127.0.0.1:9000") == ("http://127.0.0.1:9000", key, password)
+    assert (
+        redact_url(url)
+        == f"s3://bucket/prefix?region=x&endpoint_url=http://{key}:{MASK}@127.0.0.1:9000"
+    )
+    assert strip_userinfo(f"http://{key}:{password}@127.0.0.1:9000") == (
+        "http://127.0.0.1:9000",
+        key,
+        password,
+    )
 
 
-@given(value=PASSWORDS.filter(lambda p: "&" not in p), name=st.sampled_from(
-    ["password", "PASSWORD", "passwd", "pwd", "sslpassword", "secret", "client_secret", "token", "aws_secret_access_key",
-     "aws_session_token", "access_key", "api_key", "X-Amz-Security-Token"]))
+@given(
+    value=PASSWORDS.filter(lambda p: "&" not in p),
+    name=st.sampled_from(
+        [
+            "password",
+            "PASSWORD",
+            "passwd",
+            "pwd",
+            "sslpassword",
+            "secret",
+            "client_secret",
+            "token",
+            "aws_secret_access_key",
+            "aws_session_token",
+            "access_key",
+            "api_key",
+            "X-Amz-Security-Token",
+        ]
+    ),
+)
 def test_secret_query_options_are_masked_to_the_next_ampersand(value, name):
     url = f"postgresql+psycopg://u@h/db?sslmode=require&{name}={value}&application_name=app"
-    assert redact_url(url) == f"postgresql+psycopg://u@h/db?sslmode=require&{name}={MASK}&application_name=app"
+    assert (
+        redact_url(url)
+        == f"postgresql+psycopg://u@h/db?sslmode=require&{name}={MASK}&application_name=app"
+    )
 
 
 @given(password=PASSWORDS.filter(lambda p: len(p) >= 3 and "*" not in p))
@@ -127,7 +162,9 @@ def secret_pg_url(postgres_server) -> Iterator[str]:
     admin = sa.create_engine(postgres_server.url, isolation_level="AUTOCOMMIT")
     with admin.connect() as connection:
         # DDL takes no bound parameters; "%%" is the driver's escape for "%"
-        connection.exec_driver_sql(f"CREATE ROLE {role} LOGIN SUPERUSER PASSWORD '{PG_PASSWORD.replace('%', '%%')}'")
+        connection.exec_driver_sql(
+            f"CREATE ROLE {role} LOGIN SUPERUSER PASSWORD '{PG_PASSWORD.replace('%', '%%')}'"
+        )
     url = f"postgresql+psycopg://{role}:{PG_PASSWORD}@127.0.0.1:{postgres_server.port}/postgres?table_prefix=t{role}_"
     yield url
     with admin.connect() as connection:
@@ -154,30 +191,54 @@ def assert_no_secret(text: str) -> None:
 @pytest.mark.postgres
 def test_no_command_shows_the_password(secret_pg_url, capsys, all_logs):
     with open_store(secret_pg_url) as store:
-        assert store.tables.prefix.startswith("tcm_secret_")  # table_prefix read past the "?" in the password
-        ChatMemory(store).add("conv", [Event.user("the deploy key is K-7781"), Event.assistant("noted")])
-    commands = [["list"], ["list", "--json"], ["stats", "-c", "conv"], ["stats", "-c", "conv", "--json"],
-                ["history", "-c", "conv"], ["window", "-c", "conv"], ["search", "deploy", "-c", "conv"],
-                ["compact", "-c", "conv", "--strategy", "turn_window", "--max-turns", "1"]]
+        assert store.tables.prefix.startswith(
+            "tcm_secret_"
+        )  # table_prefix read past the "?" in the password
+        ChatMemory(store).add(
+            "conv", [Event.user("the deploy key is K-7781"), Event.assistant("noted")]
+        )
+    commands = [
+        ["list"],
+        ["list", "--json"],
+        ["stats", "-c", "conv"],
+        ["stats", "-c", "conv", "--json"],
+        ["history", "-c", "conv"],
+        ["window", "-c", "conv"],
+        ["search", "deploy", "-c", "conv"],
+        ["compact", "-c", "conv", "--strategy", "turn_window", "--max-turns", "1"],
+    ]
     for command in commands:
         code, shown = run_cli(["--url", secret_pg_url, *command], capsys)
         assert code == 0, shown
         assert_no_secret(shown)
-    code, shown = run_cli(["--url", secret_pg_url, "chat", "-c", "conv", "--scripted"], capsys, stdin="hello\n/quit\n")
+    code, shown = run_cli(
+        ["--url", secret_pg_url, "chat", "-c", "conv", "--scripted"], capsys, stdin="hello\n/quit\n"
+    )
     assert code == 0 and ":***@127.0.0.1" in shown
     assert_no_secret(shown)
     assert_no_secret(all_logs.text)
 
 
 @pytest.mark.postgres
-def test_failing_commands_do_not_show_the_password(secret_pg_url, postgres_server, capsys, all_logs):
+def test_failing_commands_do_not_show_the_password(
+    secret_pg_url, postgres_server, capsys, all_logs
+):
     port = str(postgres_server.port)
     failing = [
         (secret_pg_url, ["history", "-c", "nobody"]),  # unknown conversation
-        (secret_pg_url.replace(f":{port}/", ":1/"), ["stats", "-c", "conv"]),  # nothing listens there
+        (
+            secret_pg_url.replace(f":{port}/", ":1/"),
+            ["stats", "-c", "conv"],
+        ),  # nothing listens there
         (secret_pg_url.replace("/postgres?", "/no_such_db?"), ["list"]),
-        (secret_pg_url.replace("?table_prefix=", "?connect_timeout=x&table_prefix="), ["list"]),  # the driver refuses
-        (secret_pg_url.replace("Pass?1", "Pa@ss?1"), ["list"]),  # an "@": SQLAlchemy reads host "ss?1%/x:y@127…"
+        (
+            secret_pg_url.replace("?table_prefix=", "?connect_timeout=x&table_prefix="),
+            ["list"],
+        ),  # the driver refuses
+        (
+            secret_pg_url.replace("Pass?1", "Pa@ss?1"),
+            ["list"],
+        ),  # an "@": SQLAlchemy reads host "ss?1%/x:y@127…"
         (secret_pg_url.replace("postgresql+psycopg", "postgresql+nosuchdriver"), ["list"]),
     ]
     for url, command in failing:
@@ -203,7 +264,9 @@ def test_a_password_cut_by_redis_py_is_not_shown_in_the_error():
 def test_sql_store_and_engine_reprs_show_no_password_nor_secret_option():
     url = f"postgresql+psycopg://u:{PG_PASSWORD}@127.0.0.1:1/db?password=OptSecret1&sslpassword=KeySecret2&table_prefix=t_"
     store = SQLStore.from_url(url)  # builds the engine; connects only when used
-    shown = " ".join([repr(store), repr(store.engine), repr(store.engine.url), str(store.engine.url)])
+    shown = " ".join(
+        [repr(store), repr(store.engine), repr(store.engine.url), str(store.engine.url)]
+    )
     assert "OptSecret1" not in shown and "KeySecret2" not in shown
     assert_no_secret(shown)
     assert repr(store) == "SQLStore(postgresql+psycopg://u:***@127.0.0.1:1/db, table_prefix='t_')"
@@ -212,9 +275,13 @@ def test_sql_store_and_engine_reprs_show_no_password_nor_secret_option():
 
 @pytest.mark.postgres
 def test_secret_query_options_still_reach_the_driver(postgres_server):
-    store = SQLStore.from_url(f"{postgres_server.url}?password=OptSecret1&table_prefix=t{uuid.uuid4().hex[:8]}_")
+    store = SQLStore.from_url(
+        f"{postgres_server.url}?password=OptSecret1&table_prefix=t{uuid.uuid4().hex[:8]}_"
+    )
     given: dict = {}
-    sa.event.listen(store.engine, "do_connect", lambda dialect, record, cargs, cparams: given.update(cparams))
+    sa.event.listen(
+        store.engine, "do_connect", lambda dialect, record, cargs, cparams: given.update(cparams)
+    )
     try:
         assert store.load("c").version == 0  # connects (trust auth takes the password)
     finally:
@@ -225,9 +292,13 @@ def test_secret_query_options_still_reach_the_driver(postgres_server):
 def test_async_sql_store_repr_shows_no_password_nor_secret_option():
     from chat_memory.backends.sql.async_store import AsyncSQLStore
 
-    store = AsyncSQLStore.from_url(f"postgresql://u:{PG_PASSWORD}@127.0.0.1:1/db?password=OptSecret1&table_prefix=t_")
+    store = AsyncSQLStore.from_url(
+        f"postgresql://u:{PG_PASSWORD}@127.0.0.1:1/db?password=OptSecret1&table_prefix=t_"
+    )
     shown = repr(store) + repr(store.engine.sync_engine) + repr(store.engine.url)
-    assert "OptSecret1" not in shown and repr(store).startswith("AsyncSQLStore(postgresql+psycopg://u:***@127.0.0.1:1/db")
+    assert "OptSecret1" not in shown and repr(store).startswith(
+        "AsyncSQLStore(postgresql+psycopg://u:***@127.0.0.1:1/db"
+    )
     assert_no_secret(shown)
 
 

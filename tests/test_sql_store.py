@@ -50,9 +50,13 @@ def test_schema_version_is_recorded_and_a_mismatch_is_refused(sql_url):
         store.append("c", [Event.user("hi")])
         meta = store.tables.meta
         with store.engine.begin() as connection:
-            recorded = connection.execute(sa.select(meta.c.value).where(meta.c.name == "schema_version")).scalar_one()
+            recorded = connection.execute(
+                sa.select(meta.c.value).where(meta.c.name == "schema_version")
+            ).scalar_one()
             assert recorded == SCHEMA_VERSION
-            connection.execute(meta.update().where(meta.c.name == "schema_version").values(value="999"))
+            connection.execute(
+                meta.update().where(meta.c.name == "schema_version").values(value="999")
+            )
     with SQLStore.from_url(sql_url) as newer, pytest.raises(SchemaError, match="999"):
         newer.load("c")
 
@@ -62,7 +66,12 @@ def _pretend_version_1(store: SQLStore) -> None:
     table, no long-term memory tables."""
     with store.engine.begin() as connection:
         tables = store.tables
-        for table in (tables.compactions, tables.memory_versions, tables.memory_files, tables.memory_namespaces):
+        for table in (
+            tables.compactions,
+            tables.memory_versions,
+            tables.memory_files,
+            tables.memory_namespaces,
+        ):
             table.drop(connection)
         meta = store.tables.meta
         connection.execute(meta.update().where(meta.c.name == "schema_version").values(value="1"))
@@ -87,29 +96,46 @@ def test_a_version_1_database_gets_the_new_tables_in_place(sql_url):
         assert store.compactions("c") == []
         recorded = _meta(store)
         assert recorded["schema_version"] == SCHEMA_VERSION == "5"
-        assert recorded["migrated_to_2"].endswith(" add the compactions and long-term memory tables")
-        for table in (store.tables.compactions, store.tables.memory_namespaces, store.tables.memory_files):
+        assert recorded["migrated_to_2"].endswith(
+            " add the compactions and long-term memory tables"
+        )
+        for table in (
+            store.tables.compactions,
+            store.tables.memory_namespaces,
+            store.tables.memory_files,
+        ):
             assert sa.inspect(store.engine).has_table(table.name)
 
 
 def _add_tokens(change: schema.SchemaChange) -> None:
-    change.connection.exec_driver_sql(f"ALTER TABLE {change.tables.events.name} ADD COLUMN tokens INTEGER")
+    change.connection.exec_driver_sql(
+        f"ALTER TABLE {change.tables.events.name} ADD COLUMN tokens INTEGER"
+    )
 
 
 def _meta(store: SQLStore) -> dict[str, str]:
     with store.engine.begin() as connection:
-        return dict(connection.execute(sa.select(store.tables.meta.c.name, store.tables.meta.c.value)).all())
+        return dict(
+            connection.execute(sa.select(store.tables.meta.c.name, store.tables.meta.c.value)).all()
+        )
 
 
 def test_an_older_schema_is_migrated_in_place(sql_url, monkeypatch):
     with SQLStore.from_url(sql_url) as old:
-        old.append("c", [Event.user("written by version 0", tokens=4), Event.assistant("ok", tokens=1)])
+        old.append(
+            "c", [Event.user("written by version 0", tokens=4), Event.assistant("ok", tokens=1)]
+        )
         _pretend_version_0(old)
-    with SQLStore.from_url(sql_url) as refused, pytest.raises(SchemaError, match="no migration from version 0 to 1"):
+    with (
+        SQLStore.from_url(sql_url) as refused,
+        pytest.raises(SchemaError, match="no migration from version 0 to 1"),
+    ):
         refused.load("c")
     step = Migration(0, "add events.tokens", _add_tokens)
     monkeypatch.setattr(
-        schema, "SQL_SCHEMA", dataclasses.replace(schema.SQL_SCHEMA, migrations=(step, *schema.SQL_SCHEMA.migrations))
+        schema,
+        "SQL_SCHEMA",
+        dataclasses.replace(schema.SQL_SCHEMA, migrations=(step, *schema.SQL_SCHEMA.migrations)),
     )
     with SQLStore.from_url(sql_url) as store:
         assert [e.content for e in store.history("c")] == ["written by version 0", "ok"]
@@ -117,11 +143,17 @@ def test_an_older_schema_is_migrated_in_place(sql_url, monkeypatch):
         recorded = _meta(store)
         assert recorded["schema_version"] == SCHEMA_VERSION
         assert recorded["migrated_to_1"].endswith(" add events.tokens")
-        assert recorded["migrated_to_2"].endswith(" add the compactions and long-term memory tables")
-        columns = {c["name"] for c in sa.inspect(store.engine).get_columns(store.tables.events.name)}
+        assert recorded["migrated_to_2"].endswith(
+            " add the compactions and long-term memory tables"
+        )
+        columns = {
+            c["name"] for c in sa.inspect(store.engine).get_columns(store.tables.events.name)
+        }
         assert "tokens" in columns
     with SQLStore.from_url(sql_url) as again:  # upgraded once: nothing left to run
-        monkeypatch.setattr(schema, "SQL_SCHEMA", dataclasses.replace(schema.SQL_SCHEMA, migrations=()))
+        monkeypatch.setattr(
+            schema, "SQL_SCHEMA", dataclasses.replace(schema.SQL_SCHEMA, migrations=())
+        )
         assert again.load("c").last_seq == 3
 
 
@@ -136,13 +168,17 @@ def test_a_failing_migration_leaves_the_tables_at_their_old_version(sql_url, mon
 
     step = Migration(0, "add events.tokens", half_done)
     monkeypatch.setattr(
-        schema, "SQL_SCHEMA", dataclasses.replace(schema.SQL_SCHEMA, migrations=(step, *schema.SQL_SCHEMA.migrations))
+        schema,
+        "SQL_SCHEMA",
+        dataclasses.replace(schema.SQL_SCHEMA, migrations=(step, *schema.SQL_SCHEMA.migrations)),
     )
     with SQLStore.from_url(sql_url) as store, pytest.raises(StorageError, match="migration bug"):
         store.load("c")
     with SQLStore.from_url(sql_url) as store:
         assert _meta(store)["schema_version"] == "0"
-        columns = {c["name"] for c in sa.inspect(store.engine).get_columns(store.tables.events.name)}
+        columns = {
+            c["name"] for c in sa.inspect(store.engine).get_columns(store.tables.events.name)
+        }
         assert "tokens" not in columns  # the ALTER TABLE was rolled back with the rest
 
 
@@ -151,8 +187,13 @@ def test_a_newer_schema_names_both_versions(sqlite_url):
         store.append("c", [Event.user("hi")])
         meta = store.tables.meta
         with store.engine.begin() as connection:
-            connection.execute(meta.update().where(meta.c.name == "schema_version").values(value="6"))
-    with SQLStore.from_url(sqlite_url) as newer, pytest.raises(SchemaError, match=r"version 6, newer than version 5"):
+            connection.execute(
+                meta.update().where(meta.c.name == "schema_version").values(value="6")
+            )
+    with (
+        SQLStore.from_url(sqlite_url) as newer,
+        pytest.raises(SchemaError, match=r"version 6, newer than version 5"),
+    ):
         newer.append("c", [Event.user("would be lost")])
     with SQLStore.from_url(sqlite_url) as store:
         assert _meta(store)["schema_version"] == "6"
@@ -163,12 +204,18 @@ def test_foreign_tables_with_our_names_are_refused(sqlite_url):
     with engine.begin() as connection:
         connection.exec_driver_sql("CREATE TABLE chat_memory_events (id INTEGER PRIMARY KEY)")
     engine.dispose()
-    with SQLStore.from_url(sqlite_url) as store, pytest.raises(SchemaError, match="not created by chat-memory"):
+    with (
+        SQLStore.from_url(sqlite_url) as store,
+        pytest.raises(SchemaError, match="not created by chat-memory"),
+    ):
         store.conversations()
 
 
 def test_table_prefix_separates_stores_in_one_database(sqlite_url):
-    with SQLStore.from_url(f"{sqlite_url}?table_prefix=bot_a_") as a, SQLStore.from_url(sqlite_url, table_prefix="bot_b_") as b:
+    with (
+        SQLStore.from_url(f"{sqlite_url}?table_prefix=bot_a_") as a,
+        SQLStore.from_url(sqlite_url, table_prefix="bot_b_") as b,
+    ):
         a.append("c", [Event.user("from a")])
         assert b.conversations() == []
         assert sa.inspect(a.engine).has_table("bot_a_events")
@@ -182,10 +229,18 @@ def test_table_prefix_separates_stores_in_one_database(sqlite_url):
 def test_sqlite_window_read_is_an_index_range_without_sorting(sqlite_store):
     sqlite_store.append("c", [Event.user("hi")])
     archive_everything(sqlite_store, "c")
-    sql = str(sqlite_store.window_query("c").compile(sqlite_store.engine, compile_kwargs={"literal_binds": True}))
+    sql = str(
+        sqlite_store.window_query("c").compile(
+            sqlite_store.engine, compile_kwargs={"literal_binds": True}
+        )
+    )
     with sqlite_store.engine.connect() as connection:
-        plan = " | ".join(row[-1] for row in connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}"))
-    assert "USING INDEX chat_memory_events_window_idx (conversation_ref=? AND archived=?)" in plan, plan
+        plan = " | ".join(
+            row[-1] for row in connection.exec_driver_sql(f"EXPLAIN QUERY PLAN {sql}")
+        )
+    assert (
+        "USING INDEX chat_memory_events_window_idx (conversation_ref=? AND archived=?)" in plan
+    ), plan
     assert "TEMP B-TREE" not in plan, plan
 
 
@@ -212,9 +267,13 @@ def test_postgres_events_table_is_vacuumed_sooner_than_the_default(postgres_stor
     postgres_store.append("c", [Event.user("creates the tables")])
     with postgres_store.engine.connect() as connection:
         options = connection.execute(
-            sa.text("SELECT reloptions FROM pg_class WHERE relname = :name"), {"name": postgres_store.tables.events.name}
+            sa.text("SELECT reloptions FROM pg_class WHERE relname = :name"),
+            {"name": postgres_store.tables.events.name},
         ).scalar_one()
-    assert sorted(options) == ["autovacuum_analyze_scale_factor=0.02", "autovacuum_vacuum_scale_factor=0.02"]
+    assert sorted(options) == [
+        "autovacuum_analyze_scale_factor=0.02",
+        "autovacuum_vacuum_scale_factor=0.02",
+    ]
 
 
 # -- search pushed down ------------------------------------------------------------------
@@ -236,7 +295,9 @@ def test_like_wildcards_and_escape_characters_are_literal(sql_store):
 
 
 def test_search_folds_case_beyond_ascii_but_not_accents(sql_store):
-    sql_store.append("c", [Event.user("Viel ärger mit der Straße"), Event.assistant("ΣΊΣΥΦΟΣ arger")])
+    sql_store.append(
+        "c", [Event.user("Viel ärger mit der Straße"), Event.assistant("ΣΊΣΥΦΟΣ arger")]
+    )
     assert search(sql_store, "ÄRGER") == ["Viel ärger mit der Straße"]
     assert search(sql_store, "STRASSE") == ["Viel ärger mit der Straße"]
     assert search(sql_store, "σίσυφος") == ["ΣΊΣΥΦΟΣ arger"]
@@ -244,7 +305,9 @@ def test_search_folds_case_beyond_ascii_but_not_accents(sql_store):
 
 
 def test_search_counts_and_pages_in_the_database_across_the_archive(sql_store):
-    sql_store.append("c", [Event.user(f"needle {i}" if i % 3 == 0 else f"hay {i}") for i in range(60)])
+    sql_store.append(
+        "c", [Event.user(f"needle {i}" if i % 3 == 0 else f"hay {i}") for i in range(60)]
+    )
     sql_store.append("c", [Event.system("needle in a system prompt")])
     archive_everything(sql_store, "c")
     sql_store.append("c", [Event.user("needle fresh")])
@@ -290,7 +353,9 @@ def test_a_given_engine_stays_open_and_url_options_apply(sqlite_url):
     store.append("c", [Event.user("hi")])
     store.close()
     with engine.connect() as connection:
-        assert connection.exec_driver_sql("SELECT count(*) FROM chat_memory_events").scalar_one() == 1
+        assert (
+            connection.exec_driver_sql("SELECT count(*) FROM chat_memory_events").scalar_one() == 1
+        )
     engine.dispose()
     with SQLStore.from_url(f"{sqlite_url}?max_archived_events=2") as capped:
         assert capped.default_max_archived_events == 2
@@ -314,7 +379,9 @@ def test_unreachable_server_is_a_storage_error():
 
 
 def test_a_lock_held_too_long_ends_in_concurrency_error_and_loses_nothing(sqlite_url):
-    with SQLStore.from_url(f"{sqlite_url}?timeout=0.01", retry=Backoff(attempts=3, base=0.001)) as store:
+    with SQLStore.from_url(
+        f"{sqlite_url}?timeout=0.01", retry=Backoff(attempts=3, base=0.001)
+    ) as store:
         store.append("c", [Event.user("first")])
         blocker = sa.create_engine(sqlite_url, isolation_level="AUTOCOMMIT")
         with blocker.connect() as connection:
@@ -350,9 +417,13 @@ ADDS = 12
 
 def _write_pairs(url: str, writer: int) -> int:
     with open_store(url) as store:
-        memory = ChatMemory(store, MemoryConfig(compaction_strategy="turn_window", max_turns=2), token_counter=words)
+        memory = ChatMemory(
+            store, MemoryConfig(compaction_strategy="turn_window", max_turns=2), token_counter=words
+        )
         for i in range(ADDS):
-            memory.add("shared", [Event.user(f"w{writer}-{i}"), Event.assistant(f"w{writer}-{i} reply")])
+            memory.add(
+                "shared", [Event.user(f"w{writer}-{i}"), Event.assistant(f"w{writer}-{i} reply")]
+            )
     return ADDS
 
 
@@ -368,9 +439,15 @@ def test_eight_processes_append_and_compact_one_conversation(sql_url):
         assert [e.seq for e in history] == list(range(1, WRITERS * ADDS * 2 + 1))
         for user, reply in zip(history[::2], history[1::2]):
             assert user.type is EventType.USER and reply.content == f"{user.content} reply"
-        assert sorted(e.content for e in history[::2]) == sorted(f"w{w}-{i}" for w in range(WRITERS) for i in range(ADDS))
+        assert sorted(e.content for e in history[::2]) == sorted(
+            f"w{w}-{i}" for w in range(WRITERS) for i in range(ADDS)
+        )
         snapshot = store.load("shared")
-        assert snapshot.archived_count == sum(e.archived for e in history) == len(history) - len(snapshot.window.active)
+        assert (
+            snapshot.archived_count
+            == sum(e.archived for e in history)
+            == len(history) - len(snapshot.window.active)
+        )
 
 
 _FORKED_STORE: SQLStore | None = None

@@ -52,7 +52,9 @@ class IgnoresExpectedVersion(InMemoryStore):
         conversation = self._conversations.get(conversation_id)
         if conversation is None:
             return False
-        return super().apply(conversation_id, dataclasses.replace(plan, expected_version=conversation.version))
+        return super().apply(
+            conversation_id, dataclasses.replace(plan, expected_version=conversation.version)
+        )
 
 
 class KeepsTheOldSummary(InMemoryStore):
@@ -73,7 +75,9 @@ class SearchesBeforeFiltering(InMemoryStore):
 
         page = self.history(conversation_id)[query.offset : query.offset + query.limit]
         found = search_events(page, dataclasses.replace(query, offset=0))
-        return SearchResult(events=found.events, total=search_events(self.history(conversation_id), query).total)
+        return SearchResult(
+            events=found.events, total=search_events(self.history(conversation_id), query).total
+        )
 
 
 class ForgetsToClearTheError(InMemoryStore):
@@ -100,7 +104,9 @@ BROKEN = [
 ]
 
 
-@pytest.mark.parametrize(("broken", "test_name"), BROKEN, ids=[f"{b.__name__}-{t}" for b, t in BROKEN])
+@pytest.mark.parametrize(
+    ("broken", "test_name"), BROKEN, ids=[f"{b.__name__}-{t}" for b, t in BROKEN]
+)
 def test_the_suite_catches_a_broken_store(broken, test_name):
     suite = StoreConformance()
     getattr(suite, test_name)(InMemoryStore())  # passes on the reference store
@@ -180,10 +186,19 @@ class Outcomes:
 def run_third_party(tmp_path: Path, *, lose_events: bool) -> Outcomes:
     module = f"test_their_store_{'broken' if lose_events else 'sound'}"
     (tmp_path / "pytest.ini").write_text("[pytest]\n")
-    (tmp_path / f"{module}.py").write_text(textwrap.dedent(THIRD_PARTY).replace("LOSE_EVENTS", str(lose_events)))
+    (tmp_path / f"{module}.py").write_text(
+        textwrap.dedent(THIRD_PARTY).replace("LOSE_EVENTS", str(lose_events))
+    )
     outcomes = Outcomes()
     pytest.main(
-        [str(tmp_path), f"--rootdir={tmp_path}", "-q", "-p", "no:cacheprovider", "--import-mode=importlib"],
+        [
+            str(tmp_path),
+            f"--rootdir={tmp_path}",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "--import-mode=importlib",
+        ],
         plugins=[outcomes],
     )
     return outcomes
@@ -195,7 +210,11 @@ def test_a_third_party_store_runs_the_suite_with_one_import(tmp_path):
     assert set(outcomes.by_test) == tests
     skipped = {name for name, outcome in outcomes.by_test.items() if outcome == "skipped"}
     retraction = {name for name in dir(RetractionConformance) if name.startswith("test_")}
-    assert skipped == {"test_compacts_while_appending", "test_appends_without_window_and_finds_events_by_index", *retraction}
+    assert skipped == {
+        "test_compacts_while_appending",
+        "test_appends_without_window_and_finds_events_by_index",
+        *retraction,
+    }
     assert "does not declare CompactsWhileAppending" in " ".join(outcomes.skip_reasons)
     assert "does not declare Retracts" in " ".join(outcomes.skip_reasons)
     assert "does not declare AppendsWithoutWindow" in " ".join(outcomes.skip_reasons)
@@ -205,4 +224,7 @@ def test_a_third_party_store_runs_the_suite_with_one_import(tmp_path):
 def test_a_third_party_store_that_loses_events_fails_the_suite(tmp_path):
     outcomes = run_third_party(tmp_path, lose_events=True)
     failed = {name for name, outcome in outcomes.by_test.items() if outcome == "failed"}
-    assert {"test_append_assigns_gap_free_seq_and_bumps_the_version", "test_appended_events_keep_their_fields"} <= failed
+    assert {
+        "test_append_assigns_gap_free_seq_and_bumps_the_version",
+        "test_appended_events_keep_their_fields",
+    } <= failed

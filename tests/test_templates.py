@@ -10,10 +10,9 @@ import pytest
 from jsonschema import Draft202012Validator
 
 from chat_memory import ConfigurationError
-from chat_memory.host import default_registry
-from chat_memory.host import WorkflowError, import_workflow, load_template
-from chat_memory.templates import template_names, template_source
+from chat_memory.host import WorkflowError, default_registry, import_workflow, load_template
 from chat_memory.host.expressions import references, resolve
+from chat_memory.templates import template_names, template_source
 
 TEMPLATE = template_source("compacting-chat")
 
@@ -42,7 +41,10 @@ def test_compacting_chat_template_is_bundled_and_shaped_as_specified():
         "searchPageSize": 10,
     }
     summarizer = memory.element("summarizerModel")
-    assert summarizer.type == "anthropicChatModel/v1" and summarizer.parameters["model"] == "claude-haiku-5-5"
+    assert (
+        summarizer.type == "anthropicChatModel/v1"
+        and summarizer.parameters["model"] == "claude-haiku-5-5"
+    )
     assert reply.type == "reply/v1" and reply.parameters["text"] == "${agent_1.text}"
 
 
@@ -128,11 +130,15 @@ BAD_WORKFLOWS = {
         r"node name \('reply 1'\) must be letters, digits and _",
     ),
     "unknown sub-node slot": (
-        lambda d: d["nodes"][1]["clusterElements"].update(gadgets=_memory(d)["clusterElements"]["summarizerModel"]),
+        lambda d: d["nodes"][1]["clusterElements"].update(
+            gadgets=_memory(d)["clusterElements"]["summarizerModel"]
+        ),
         r"node 'agent_1' \(aiAgent/v1\) has no sub-node slot 'gadgets'",
     ),
     "sub-node of the wrong kind": (
-        lambda d: d["nodes"][1]["clusterElements"].update(model=copy.deepcopy(_memory(d)) | {"name": "mem_2"}),
+        lambda d: d["nodes"][1]["clusterElements"].update(
+            model=copy.deepcopy(_memory(d)) | {"name": "mem_2"}
+        ),
         r"node 'agent_1': slot 'model' takes a model node, not chatMemory/v2",
     ),
     "missing required sub-node": (
@@ -173,7 +179,8 @@ def test_import_errors_are_configuration_errors_and_json_text_is_accepted():
 def test_a_workflow_with_a_version_1_memory_node_still_loads():
     def to_v1(data):
         _memory(data).update(
-            type="chatMemory/v1", parameters={"conversationId": "${chat_1.conversationId}", "maxMessages": 6}
+            type="chatMemory/v1",
+            parameters={"conversationId": "${chat_1.conversationId}", "maxMessages": 6},
         )
         _memory(data).pop("clusterElements")
 

@@ -6,14 +6,26 @@ import subprocess
 import sys
 
 from chat_memory import Event
-from chat_memory.tokens import PER_EVENT_OVERHEAD, count_event_tokens, default_token_counter, estimate_tokens
+from chat_memory.tokens import (
+    PER_EVENT_OVERHEAD,
+    count_event_tokens,
+    default_token_counter,
+    estimate_tokens,
+)
 
 
 def test_default_counter_is_cl100k_and_works_offline():
     # a fresh interpreter with every proxy pointed nowhere: loading must not touch the network
     code = "from chat_memory.tokens import default_token_counter as d; print(d()('hello world'))"
-    env = {"PATH": "/usr/bin:/bin", "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9", "TIKTOKEN_CACHE_DIR": "/nonexistent"}
-    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "HTTPS_PROXY": "http://127.0.0.1:9",
+        "HTTP_PROXY": "http://127.0.0.1:9",
+        "TIKTOKEN_CACHE_DIR": "/nonexistent",
+    }
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "2" and "estimating" not in out.stderr
     assert default_token_counter()("Our new service is code-named Bluefin.") == 10

@@ -31,7 +31,13 @@ def kinds(events: list[Event]) -> list[str]:
 
 def test_an_interrupted_call_keeps_its_turn_until_its_late_result_arrives(store):
     m = memory(store, compaction_strategy="turn_window", max_turns=1)
-    m.add("c", [Event.user("where is order 4512?"), Event.tool_call("get_order", {"id": 4512}, call_id="c1")])
+    m.add(
+        "c",
+        [
+            Event.user("where is order 4512?"),
+            Event.tool_call("get_order", {"id": 4512}, call_id="c1"),
+        ],
+    )
     m.add("c", Event.user("hurry up"))  # the call is pending: its turn is not archived
     assert kinds(m.window("c")) == ["user", "tool_call", "user"]
     m.add("c", [Event.tool_result("c1", "shipped"), Event.assistant("It shipped.")])
@@ -56,24 +62,47 @@ def test_a_superseded_call_is_archived_and_its_late_result_still_accepted(store)
 def test_a_result_whose_call_exists_nowhere_is_refused_naming_the_id(store):
     m = memory(store, compaction_strategy="turn_window", max_turns=1)
     for i in range(3):
-        m.add("c", [Event.user(f"q{i}"), Event.tool_call("t", {}, call_id=f"k{i}"), Event.tool_result(f"k{i}", "r")])
+        m.add(
+            "c",
+            [
+                Event.user(f"q{i}"),
+                Event.tool_call("t", {}, call_id=f"k{i}"),
+                Event.tool_result(f"k{i}", "r"),
+            ],
+        )
     with pytest.raises(InvalidEventError, match=r"'nope'.*no tool_call in conversation 'c'"):
         m.add("c", Event.tool_result("nope", "orphan"))
-    with pytest.raises(InvalidEventError, match=r"'later'.*no tool_call"):  # the call must come first
+    with pytest.raises(
+        InvalidEventError, match=r"'later'.*no tool_call"
+    ):  # the call must come first
         m.add("c", [Event.tool_result("later", "r"), Event.tool_call("t", {}, call_id="later")])
     assert len(m.history("c")) == 9
 
 
 def test_a_second_result_for_one_call_is_refused_in_the_list_the_window_and_the_archive(store):
     m = memory(store, compaction_strategy="turn_window", max_turns=1)
-    m.add("c", [Event.user("a"), Event.tool_call("t", {}, call_id="k1"), Event.tool_result("k1", "first")])
-    with pytest.raises(InvalidEventError, match=r"second tool_result for tool_call_id 'k1'.*in the window"):
+    m.add(
+        "c",
+        [Event.user("a"), Event.tool_call("t", {}, call_id="k1"), Event.tool_result("k1", "first")],
+    )
+    with pytest.raises(
+        InvalidEventError, match=r"second tool_result for tool_call_id 'k1'.*in the window"
+    ):
         m.add("c", Event.tool_result("k1", "again"))
     with pytest.raises(InvalidEventError, match=r"second tool_result for tool_call_id 'k2'"):
-        m.add("c", [Event.tool_call("t", {}, call_id="k2"), Event.tool_result("k2", "x"), Event.tool_result("k2", "y")])
+        m.add(
+            "c",
+            [
+                Event.tool_call("t", {}, call_id="k2"),
+                Event.tool_result("k2", "x"),
+                Event.tool_result("k2", "y"),
+            ],
+        )
     m.add("c", turn_without_tools("b"))  # archives the first turn
     assert m.window("c")[0].content == "b"
-    with pytest.raises(InvalidEventError, match=r"second tool_result for tool_call_id 'k1'.*archived"):
+    with pytest.raises(
+        InvalidEventError, match=r"second tool_result for tool_call_id 'k1'.*archived"
+    ):
         m.add("c", Event.tool_result("k1", "late twin"))
     assert [e.content for e in m.history("c") if e.type is EventType.TOOL_RESULT] == ["first"]
 
@@ -87,11 +116,20 @@ def test_results_that_keep_arriving_a_turn_late_cannot_grow_the_window_without_b
     m.add("c", [Event.user("u0"), Event.tool_call("t", {}, call_id="k0")])
     for i in range(1, 8):
         m.add("c", Event.user(f"u{i}"))
-        m.add("c", [Event.tool_result(f"k{i - 1}", "late"), Event.tool_call("t", {}, call_id=f"k{i}")])
+        m.add(
+            "c", [Event.tool_result(f"k{i - 1}", "late"), Event.tool_call("t", {}, call_id=f"k{i}")]
+        )
         window = m.window("c")
         # every turn start lies inside a pair: the bound (the newest two turns) wins over pairing
         assert len(turn_starts(window)) <= SUPERSEDING_TURNS
-    assert [e.content or e.tool_call_id for e in m.window("c")] == ["u6", "late", "k6", "u7", "late", "k7"]
+    assert [e.content or e.tool_call_id for e in m.window("c")] == [
+        "u6",
+        "late",
+        "k6",
+        "u7",
+        "late",
+        "k7",
+    ]
     assert len(m.history("c")) == 2 + 7 * 3
 
 
@@ -100,11 +138,19 @@ def test_results_that_keep_arriving_a_turn_late_cannot_grow_the_window_without_b
 
 def test_a_tool_call_id_already_in_the_window_is_refused(store):
     m = memory(store)
-    m.add("conv-x", [Event.user("a"), Event.tool_call("t", {}, call_id="c1"), Event.tool_result("c1", "r")])
-    with pytest.raises(InvalidEventError, match=r"\('c1'\) is already in the window of conversation 'conv-x'"):
+    m.add(
+        "conv-x",
+        [Event.user("a"), Event.tool_call("t", {}, call_id="c1"), Event.tool_result("c1", "r")],
+    )
+    with pytest.raises(
+        InvalidEventError, match=r"\('c1'\) is already in the window of conversation 'conv-x'"
+    ):
         m.add("conv-x", [Event.user("again"), Event.tool_call("t", {}, call_id="c1")])
     with pytest.raises(InvalidEventError, match=r"\('c2'\) repeats the tool_call of events\[0\]"):
-        m.add("conv-x", [Event.tool_call("t", {}, call_id="c2"), Event.tool_call("u", {}, call_id="c2")])
+        m.add(
+            "conv-x",
+            [Event.tool_call("t", {}, call_id="c2"), Event.tool_call("u", {}, call_id="c2")],
+        )
     assert len(m.history("conv-x")) == 3
 
 
@@ -122,7 +168,12 @@ def test_the_same_tool_call_retried_is_not_a_duplicate(store):
 
 def test_a_retried_batch_with_tool_events_is_stored_once(store):
     m = memory(store, compaction_strategy="turn_window", max_turns=2)
-    batch = [Event.user("q"), Event.tool_call("t", {}, call_id="c1"), Event.tool_result("c1", "r"), Event.assistant("a")]
+    batch = [
+        Event.user("q"),
+        Event.tool_call("t", {}, call_id="c1"),
+        Event.tool_result("c1", "r"),
+        Event.assistant("a"),
+    ]
     first = m.add("c", batch)
     assert m.add("c", batch) == first
     assert [e.seq for e in m.history("c")] == [1, 2, 3, 4]
@@ -140,7 +191,9 @@ def test_a_partly_stored_batch_appends_only_the_new_events(store):
 def test_repeated_event_ids_in_one_batch_are_refused(store):
     m = memory(store)
     user = Event.user("q")
-    with pytest.raises(InvalidEventError, match=rf"events\[1\].id \('{user.id}'\) repeats events\[0\]"):
+    with pytest.raises(
+        InvalidEventError, match=rf"events\[1\].id \('{user.id}'\) repeats events\[0\]"
+    ):
         m.add("c", [user, user])
     assert m.history("c") == []
 
@@ -148,7 +201,21 @@ def test_repeated_event_ids_in_one_batch_are_refused(store):
 # -- random traffic ------------------------------------------------------------------------
 
 STEPS = st.lists(
-    st.sampled_from(["user", "user", "assistant", "call", "call", "result", "result", "pair", "chain", "retry", "bad"]),
+    st.sampled_from(
+        [
+            "user",
+            "user",
+            "assistant",
+            "call",
+            "call",
+            "result",
+            "result",
+            "pair",
+            "chain",
+            "retry",
+            "bad",
+        ]
+    ),
     min_size=1,
     max_size=40,
 )
@@ -159,7 +226,9 @@ def configs(draw: Any) -> MemoryConfig:
     keep = draw(st.integers(1, 6))
     return MemoryConfig(
         compaction_strategy=draw(
-            st.sampled_from(["none", "sliding_window", "turn_window", "token_count", "recursive_summarization"])
+            st.sampled_from(
+                ["none", "sliding_window", "turn_window", "token_count", "recursive_summarization"]
+            )
         ),
         max_events=draw(st.integers(keep + 1, 10)),
         max_turns=draw(st.integers(1, 4)),
@@ -176,7 +245,10 @@ class Traffic:
     def __init__(self, config: MemoryConfig) -> None:
         self.strategy = strategy_for(config)
         self.memory = ChatMemory(
-            InMemoryStore(max_archived_events=None), config, summarizer=lambda p, e, u: "s", token_counter=fixed_tokens
+            InMemoryStore(max_archived_events=None),
+            config,
+            summarizer=lambda p, e, u: "s",
+            token_counter=fixed_tokens,
         )
         self.pending: list[str] = []
         self.answered: list[str] = []
@@ -190,7 +262,9 @@ class Traffic:
         seen = before + [e for e in stored if e.is_real and e.id not in known]
         after = [e for e in self.memory.window("c") if e.is_real]
         index = len(seen) - len(after)
-        assert [e.id for e in seen[index:]] == [e.id for e in after], "the kept window is not a suffix"
+        assert [e.id for e in seen[index:]] == [e.id for e in after], (
+            "the kept window is not a suffix"
+        )
         if index:
             check_cut(seen, index, self.strategy)
         # the bound: within the limit, or at most the newest SUPERSEDING_TURNS turns
@@ -209,7 +283,10 @@ class Traffic:
             self.last = [Event.tool_call("t", {"n": n}, call_id=f"k{n}")]
             self.pending.append(f"k{n}")
         elif kind == "pair":
-            self.last = [Event.tool_call("t", {}, call_id=f"k{n}"), Event.tool_result(f"k{n}", "r word")]
+            self.last = [
+                Event.tool_call("t", {}, call_id=f"k{n}"),
+                Event.tool_result(f"k{n}", "r word"),
+            ]
             self.answered.append(f"k{n}")
         elif kind == "result" and self.pending:
             call_id = self.pending.pop(pick % len(self.pending))
@@ -218,7 +295,10 @@ class Traffic:
         elif kind == "chain" and self.pending:
             # the newest call answered a turn late, and a new call made: pairs chain turn to turn
             call_id = self.pending.pop()
-            self.last = [Event.tool_result(call_id, f"late r{n}"), Event.tool_call("t", {}, call_id=f"k{n}")]
+            self.last = [
+                Event.tool_result(call_id, f"late r{n}"),
+                Event.tool_call("t", {}, call_id=f"k{n}"),
+            ]
             self.answered.append(call_id)
             self.pending.append(f"k{n}")
         elif kind == "retry" and self.last:
@@ -231,7 +311,9 @@ class Traffic:
         elif kind == "bad":
             with pytest.raises(InvalidEventError):
                 if self.answered and pick % 2:
-                    self.memory.add("c", Event.tool_result(self.answered[pick % len(self.answered)], "twin"))
+                    self.memory.add(
+                        "c", Event.tool_result(self.answered[pick % len(self.answered)], "twin")
+                    )
                 else:
                     self.memory.add("c", Event.tool_result(f"missing{n}", "orphan"))
             return

@@ -19,18 +19,33 @@ from chat_memory.backends.urls import redact_url
         ("rediss://user:p%40ss@h:6380/0?prefix=cm", "rediss://user:***@h:6380/0?prefix=cm"),
         ("postgresql://u:pa/ss@h:5432/db", "postgresql://u:***@h:5432/db"),
         ("mysql+pymysql://u:p@ss@h/db", "mysql+pymysql://u:***@h/db"),
-        ("postgresql://u@h/db?password=hunter2&sslmode=require", "postgresql://u@h/db?password=***&sslmode=require"),
+        (
+            "postgresql://u@h/db?password=hunter2&sslmode=require",
+            "postgresql://u@h/db?password=***&sslmode=require",
+        ),
         (
             "s3://bucket/p?aws_secret_access_key=abc&aws_access_key_id=AK&region=eu-west-1",
             "s3://bucket/p?aws_secret_access_key=***&aws_access_key_id=***&region=eu-west-1",
         ),
-        ("s3://b/p?X-Amz-Security-Token=t0k&endpoint_url=http://h:9000", "s3://b/p?X-Amz-Security-Token=***&endpoint_url=http://h:9000"),
+        (
+            "s3://b/p?X-Amz-Security-Token=t0k&endpoint_url=http://h:9000",
+            "s3://b/p?X-Amz-Security-Token=***&endpoint_url=http://h:9000",
+        ),
         # SQLAlchemy reads "#" as part of a query value: "x#frag" is the whole sslpassword
-        ("redis://h?token=abc&api_key=k&sslpassword=x#frag", "redis://h?token=***&api_key=***&sslpassword=***"),
+        (
+            "redis://h?token=abc&api_key=k&sslpassword=x#frag",
+            "redis://h?token=***&api_key=***&sslpassword=***",
+        ),
         # nothing secret: unchanged, byte for byte
-        ("sqlite:////home/me/.local/share/chat-memory/chat-memory.db", "sqlite:////home/me/.local/share/chat-memory/chat-memory.db"),
+        (
+            "sqlite:////home/me/.local/share/chat-memory/chat-memory.db",
+            "sqlite:////home/me/.local/share/chat-memory/chat-memory.db",
+        ),
         ("memory://", "memory://"),
-        ("redis://user@h:6379/0?prefix=a&ttl_seconds=5", "redis://user@h:6379/0?prefix=a&ttl_seconds=5"),
+        (
+            "redis://user@h:6379/0?prefix=a&ttl_seconds=5",
+            "redis://user@h:6379/0?prefix=a&ttl_seconds=5",
+        ),
         ("redis://:@h", "redis://:@h"),
         ("s3://bucket/a:b@c", "s3://bucket/a:b@c"),
         ("not a url", "not a url"),

@@ -5,13 +5,19 @@ from __future__ import annotations
 from chat_memory import ChatMemory, Event, MemoryConfig, open_store
 
 
-def append_turns(url: str, conversation_id: str, writer: int, turns: int, strategy: str = "turn_window") -> int:
+def append_turns(
+    url: str, conversation_id: str, writer: int, turns: int, strategy: str = "turn_window"
+) -> int:
     """Append ``turns`` two-event turns to one conversation; returns how many were added."""
     store = open_store(url)
     try:
-        memory = ChatMemory(store, MemoryConfig(compaction_strategy=strategy, max_turns=3, max_events=6))
+        memory = ChatMemory(
+            store, MemoryConfig(compaction_strategy=strategy, max_turns=3, max_events=6)
+        )
         for i in range(turns):
-            memory.add(conversation_id, [Event.user(f"w{writer}-t{i}"), Event.assistant(f"w{writer}-r{i}")])
+            memory.add(
+                conversation_id, [Event.user(f"w{writer}-t{i}"), Event.assistant(f"w{writer}-r{i}")]
+            )
         return turns
     finally:
         store.close()
@@ -27,7 +33,14 @@ def edit_memory_file(url: str, namespace: str, writer: int, edits: int) -> int:
         tool = MemoryTool(long_term_memory(store, namespace))
         done = 0
         for i in range(edits):
-            out = tool.run({"command": "insert", "path": "/memories/shared.md", "insert_line": 1, "insert_text": f"w{writer}-e{i}"})
+            out = tool.run(
+                {
+                    "command": "insert",
+                    "path": "/memories/shared.md",
+                    "insert_line": 1,
+                    "insert_text": f"w{writer}-e{i}",
+                }
+            )
             assert not out.is_error, out.text
             done += 1
         return done
@@ -42,9 +55,15 @@ def s3_writer(url: str, writer: int, adds: int) -> int:
 
     store = open_store(url)
     try:
-        memory = ChatMemory(store, MemoryConfig(compaction_strategy="turn_window", max_turns=3), token_counter=fixed_tokens)
+        memory = ChatMemory(
+            store,
+            MemoryConfig(compaction_strategy="turn_window", max_turns=3),
+            token_counter=fixed_tokens,
+        )
         for i in range(adds):
-            memory.add("shared", [Event.user(f"q {writer} {i}"), Event.assistant(f"a {writer} {i}")])
+            memory.add(
+                "shared", [Event.user(f"q {writer} {i}"), Event.assistant(f"a {writer} {i}")]
+            )
         return adds
     finally:
         store.close()

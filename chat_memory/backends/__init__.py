@@ -7,13 +7,21 @@ pip extra of its driver, its URL options and its canvas node; :mod:`.registry` f
 from __future__ import annotations
 
 import os
-from pathlib import Path
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from ..errors import ChatMemoryError, ConfigurationError
-from .base import CompactionPlan, ConnectionField, Snapshot, Store, StoreNode, StoreOption, check_conversation_id
+from .base import (
+    CompactionPlan,
+    ConnectionField,
+    Snapshot,
+    Store,
+    StoreNode,
+    StoreOption,
+    check_conversation_id,
+)
 from .registry import schemes, store_class_for, store_classes
 from .urls import password_span, redact_message, redact_url
 
@@ -45,7 +53,9 @@ def open_store(url: str | None = None, **options: Any) -> Store:
             f"store URL ({redact_url(url)!r}) has no scheme; use one of: {', '.join(f'{s}://' for s in schemes())}"
         )
     store_class = store_class_for(scheme)
-    return opening(scheme, store_class.extra_for(scheme), lambda: store_class.from_url(url, **options), url)
+    return opening(
+        scheme, store_class.extra_for(scheme), lambda: store_class.from_url(url, **options), url
+    )
 
 
 def opening(scheme: str, extra: str | None, build: Callable[[], T], url: str | None = None) -> T:
@@ -59,7 +69,9 @@ def opening(scheme: str, extra: str | None, build: Callable[[], T], url: str | N
         raise
     except ModuleNotFoundError as exc:  # a driver imported when the store or its engine is built
         hint = f"pip install 'chat-memory[{extra}]'" if extra else f"install the {exc.name} package"
-        raise ConfigurationError(f"the driver for {scheme}:// is missing ({exc.name}); {hint}") from exc
+        raise ConfigurationError(
+            f"the driver for {scheme}:// is missing ({exc.name}); {hint}"
+        ) from exc
     except Exception as exc:  # whatever else a driver says about a URL it cannot use
         raise ConfigurationError(
             f"the {scheme}:// store cannot be opened from this URL: {type(exc).__name__}: "
@@ -71,13 +83,17 @@ def _encoding_hint(url: str | None) -> str:
     span = password_span(url) if url else None
     if url is None or span is None or not any(c in url[span[0] : span[1]] for c in "#?/@"):
         return ""
-    return " (a password holding # ? / or @ must be percent-encoded for this driver: %23 %3F %2F %40)"
+    return (
+        " (a password holding # ? / or @ must be percent-encoded for this driver: %23 %3F %2F %40)"
+    )
 
 
 def default_path() -> Path:
     """Where the embedded SQLite store lives: ``$XDG_DATA_HOME/chat-memory/chat-memory.db``
     (``~/.local/share/chat-memory/chat-memory.db`` by default)."""
-    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(
+        os.path.expanduser("~"), ".local", "share"
+    )
     return Path(base) / "chat-memory" / "chat-memory.db"
 
 

@@ -22,7 +22,15 @@ from urllib.parse import urlsplit
 from ..errors import ConfigurationError
 from ..events import Event
 from ..search import SearchQuery, SearchResult
-from .base import AppendsWithoutWindow, CompactionPlan, CompactsWhileAppending, Retracts, Snapshot, Store, wrap_driver_errors
+from .base import (
+    AppendsWithoutWindow,
+    CompactionPlan,
+    CompactsWhileAppending,
+    Retracts,
+    Snapshot,
+    Store,
+    wrap_driver_errors,
+)
 
 #: Worker threads of a :class:`ThreadedStore` unless told otherwise: enough to keep a
 #: connection pool busy, few enough that 1,000 waiting conversations queue instead of
@@ -31,7 +39,10 @@ DEFAULT_MAX_WORKERS = 16
 
 _native: dict[str, type[AsyncStore]] = {}
 #: Modules holding native async stores, imported only by :func:`open_async_store`.
-_NATIVE_MODULES: tuple[str, ...] = ("chat_memory.backends.redis_async", "chat_memory.backends.sql.async_store")
+_NATIVE_MODULES: tuple[str, ...] = (
+    "chat_memory.backends.redis_async",
+    "chat_memory.backends.sql.async_store",
+)
 
 
 class AsyncStore(ABC):
@@ -93,7 +104,10 @@ class AsyncStore(ABC):
     async def append(self, conversation_id: str, events: Sequence[Event]) -> Snapshot: ...
 
     async def append_compacting(
-        self, conversation_id: str, events: Sequence[Event], planner: Callable[[Snapshot], CompactionPlan | None]
+        self,
+        conversation_id: str,
+        events: Sequence[Event],
+        planner: Callable[[Snapshot], CompactionPlan | None],
     ) -> tuple[Snapshot, bool]:
         """Append, then apply the planner's plan, if any, as a compare-and-swap. A store with
         ``compacts_while_appending`` does both in one atomic write; this default takes two,
@@ -109,7 +123,9 @@ class AsyncStore(ABC):
     async def history(self, conversation_id: str) -> list[Event]: ...
 
     @abstractmethod
-    async def find_tool_events(self, conversation_id: str, tool_call_ids: Collection[str]) -> list[Event]: ...
+    async def find_tool_events(
+        self, conversation_id: str, tool_call_ids: Collection[str]
+    ) -> list[Event]: ...
 
     @abstractmethod
     async def search(self, conversation_id: str, query: SearchQuery) -> SearchResult: ...
@@ -149,7 +165,9 @@ class ThreadedStore(AsyncStore):
         if not isinstance(store, Store):
             raise ConfigurationError(f"store ({store!r}) must be a chat_memory Store")
         if isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < 1:
-            raise ConfigurationError(f"max_workers ({max_workers!r}) must be a whole number, 1 or more")
+            raise ConfigurationError(
+                f"max_workers ({max_workers!r}) must be a whole number, 1 or more"
+            )
         self.store = store
         self.max_workers = max_workers
         self.compacts_while_appending = isinstance(store, CompactsWhileAppending)
@@ -160,12 +178,16 @@ class ThreadedStore(AsyncStore):
         if isinstance(store, Retracts):
             self.retract = functools.partial(self._run, "retract")
             self.retracted = functools.partial(self._run, "retracted")
-        self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="chat-memory")
+        self._executor = ThreadPoolExecutor(
+            max_workers=max_workers, thread_name_prefix="chat-memory"
+        )
         self._closed = False
 
     async def _run(self, method: str, *args: Any) -> Any:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, functools.partial(getattr(self.store, method), *args))
+        return await loop.run_in_executor(
+            self._executor, functools.partial(getattr(self.store, method), *args)
+        )
 
     async def load(self, conversation_id: str) -> Snapshot:
         return await self._run("load", conversation_id)  # type: ignore[no-any-return]
@@ -174,7 +196,10 @@ class ThreadedStore(AsyncStore):
         return await self._run("append", conversation_id, events)  # type: ignore[no-any-return]
 
     async def append_compacting(
-        self, conversation_id: str, events: Sequence[Event], planner: Callable[[Snapshot], CompactionPlan | None]
+        self,
+        conversation_id: str,
+        events: Sequence[Event],
+        planner: Callable[[Snapshot], CompactionPlan | None],
     ) -> tuple[Snapshot, bool]:
         if not self.compacts_while_appending:
             return await super().append_compacting(conversation_id, events, planner)
@@ -186,7 +211,9 @@ class ThreadedStore(AsyncStore):
     async def history(self, conversation_id: str) -> list[Event]:
         return await self._run("history", conversation_id)  # type: ignore[no-any-return]
 
-    async def find_tool_events(self, conversation_id: str, tool_call_ids: Collection[str]) -> list[Event]:
+    async def find_tool_events(
+        self, conversation_id: str, tool_call_ids: Collection[str]
+    ) -> list[Event]:
         return await self._run("find_tool_events", conversation_id, tool_call_ids)  # type: ignore[no-any-return]
 
     async def search(self, conversation_id: str, query: SearchQuery) -> SearchResult:
@@ -217,7 +244,11 @@ class ThreadedStore(AsyncStore):
 
 
 def open_async_store(
-    url: str | None = None, *, max_workers: int = DEFAULT_MAX_WORKERS, threads: bool | None = None, **options: Any
+    url: str | None = None,
+    *,
+    max_workers: int = DEFAULT_MAX_WORKERS,
+    threads: bool | None = None,
+    **options: Any,
 ) -> AsyncStore:
     """:func:`~chat_memory.open_store` for the async API. Options are the store's own.
 
@@ -238,14 +269,20 @@ def open_async_store(
         native = native_store_class(scheme)
         chosen = native is not None and (threads is False or native.preferred_for(scheme))
         if chosen and native.driver_available(scheme):  # type: ignore[union-attr]
-            return opening(scheme, native.extra_for(scheme), lambda: native.from_url(target, **options), target)  # type: ignore[attr-defined]
+            return opening(
+                scheme, native.extra_for(scheme), lambda: native.from_url(target, **options), target
+            )  # type: ignore[attr-defined]
         if threads is False:
             if native is None:
-                raise ConfigurationError(f"threads (False): {scheme}:// has no native async store; leave threads unset")
+                raise ConfigurationError(
+                    f"threads (False): {scheme}:// has no native async store; leave threads unset"
+                )
             missing = ", ".join(m for m in native.driver_modules_for(scheme) if not _installed(m))
             extra = native.extra_for(scheme)
             hint = f"pip install 'chat-memory[{extra}]'" if extra else f"install {missing}"
-            raise ConfigurationError(f"threads (False): the async driver for {scheme}:// is missing ({missing}); {hint}")
+            raise ConfigurationError(
+                f"threads (False): the async driver for {scheme}:// is missing ({missing}); {hint}"
+            )
     return ThreadedStore(open_store(url, **options), max_workers=max_workers)
 
 
@@ -264,4 +301,10 @@ def native_store_class(scheme: str) -> type[AsyncStore] | None:
     return _native.get(scheme) or _native.get(scheme.split("+", 1)[0])
 
 
-__all__ = ["DEFAULT_MAX_WORKERS", "AsyncStore", "ThreadedStore", "native_store_class", "open_async_store"]
+__all__ = [
+    "DEFAULT_MAX_WORKERS",
+    "AsyncStore",
+    "ThreadedStore",
+    "native_store_class",
+    "open_async_store",
+]

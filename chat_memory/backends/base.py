@@ -76,11 +76,15 @@ def check_conversation_id(conversation_id: Any) -> str:
             f"at most {MAX_CONVERSATION_ID_LENGTH} are allowed"
         )
     if "\x00" in conversation_id:
-        raise InvalidInputError(f"conversation_id ({conversation_id!r}) must not contain NUL characters")
+        raise InvalidInputError(
+            f"conversation_id ({conversation_id!r}) must not contain NUL characters"
+        )
     try:
         conversation_id.encode("utf-8")
     except UnicodeEncodeError:
-        raise InvalidInputError(f"conversation_id ({conversation_id!r}) is not valid Unicode text") from None
+        raise InvalidInputError(
+            f"conversation_id ({conversation_id!r}) is not valid Unicode text"
+        ) from None
     return conversation_id
 
 
@@ -103,7 +107,11 @@ class Snapshot:
     def appended(self, count: int) -> list[Event]:
         """The last ``count`` events by seq (what an append just stored), oldest first."""
         first = self.last_seq - count + 1
-        found = [e for e in (*self.window.pinned, *self.window.active) if e.seq is not None and e.seq >= first]
+        found = [
+            e
+            for e in (*self.window.pinned, *self.window.active)
+            if e.seq is not None and e.seq >= first
+        ]
         return sorted(found, key=lambda e: e.seq or 0)
 
 
@@ -202,7 +210,9 @@ class Store(ABC):
         raise ConfigurationError(f"{cls.__name__} has no canvas node")
 
     @classmethod
-    def url_settings(cls, query: str, keywords: Mapping[str, Any] | None = None) -> tuple[dict[str, Any], list[tuple[str, str]]]:
+    def url_settings(
+        cls, query: str, keywords: Mapping[str, Any] | None = None
+    ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
         """Parse a URL's query string and keyword options with :attr:`url_options`: returns
         (the store's settings, keywords winning over the URL; the query pairs left for the
         driver). An unknown query option is refused, naming it, unless the store
@@ -268,7 +278,11 @@ class Store(ABC):
     def archive_cap(self, plan: CompactionPlan) -> int | None:
         """How many archived events to keep after applying ``plan``: the plan's cap, else this
         store's default (None: unbounded)."""
-        return plan.max_archived_events if plan.max_archived_events is not None else self.default_max_archived_events
+        return (
+            plan.max_archived_events
+            if plan.max_archived_events is not None
+            else self.default_max_archived_events
+        )
 
     def close(self) -> None:
         """Release connections this store owns (clients passed in by the caller are left open)."""
@@ -288,7 +302,10 @@ class CompactsWhileAppending(ABC):
 
     @abstractmethod
     def append_compacting(
-        self, conversation_id: str, events: Sequence[Event], planner: Callable[[Snapshot], CompactionPlan | None]
+        self,
+        conversation_id: str,
+        events: Sequence[Event],
+        planner: Callable[[Snapshot], CompactionPlan | None],
     ) -> tuple[Snapshot, bool]:
         """Append like :meth:`Store.append`; then call ``planner`` with the snapshot right
         after the append and, if it returns a plan, apply it in the same atomic write.
@@ -313,7 +330,9 @@ class AppendsWithoutWindow(ABC):
         stored or, for an event whose id was in the window already, the one stored before."""
 
     @abstractmethod
-    def find_events(self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]) -> list[Event]:
+    def find_events(
+        self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]
+    ) -> list[Event]:
         """The stored events a tool-pair check needs, oldest first, each once: the pinned and
         active events whose ``id`` is one of ``event_ids`` (never archived ones, never the
         summary), and the tool calls and results, archived ones included (marked so), whose

@@ -12,10 +12,15 @@ from collections.abc import Collection, Iterable, Sequence
 from ..errors import InvalidInputError
 from ..events import Event, EventType
 
+
 def tool_events(events: Iterable[Event], tool_call_ids: Collection[str]) -> list[Event]:
     """The tool calls and results among ``events`` whose ``tool_call_id`` is one of ``tool_call_ids``."""
     wanted = set(tool_call_ids)
-    return [e for e in events if e.type in (EventType.TOOL_CALL, EventType.TOOL_RESULT) and e.tool_call_id in wanted]
+    return [
+        e
+        for e in events
+        if e.type in (EventType.TOOL_CALL, EventType.TOOL_RESULT) and e.tool_call_id in wanted
+    ]
 
 
 def split_appended(events: Iterable[Event]) -> tuple[list[Event], list[Event]]:

@@ -56,7 +56,9 @@ class StoreOption:
             except (TypeError, ValueError):
                 raise ConfigurationError(f"{where} ({value!r}) must be a whole number") from None
             if self.minimum is not None and number < self.minimum:
-                raise ConfigurationError(f"{where} ({value!r}) must be a whole number, {self.minimum} or more")
+                raise ConfigurationError(
+                    f"{where} ({value!r}) must be a whole number, {self.minimum} or more"
+                )
             return number
         if self.kind is str and not isinstance(value, str):
             raise ConfigurationError(f"{where} ({value!r}) must be text")
@@ -106,13 +108,17 @@ def settings_from_url(
         option = declared.get(name)
         if option is not None:
             if name in settings:
-                raise ConfigurationError(f"{store.__name__} URL option {name} is given more than once")
+                raise ConfigurationError(
+                    f"{store.__name__} URL option {name} is given more than once"
+                )
             settings[name] = option.parse(value, store.__name__)
         elif store.passes_query_to_driver:
             rest.append((name, value))
         else:
             known = ", ".join(sorted(declared)) or "none"
-            raise ConfigurationError(f"{store.__name__} URL option ({name!r}) is not supported; known options: {known}")
+            raise ConfigurationError(
+                f"{store.__name__} URL option ({name!r}) is not supported; known options: {known}"
+            )
     for name, value in (keywords or {}).items():
         if name in declared:
             settings[name] = declared[name].parse(value, store.__name__)

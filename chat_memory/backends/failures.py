@@ -49,7 +49,9 @@ def _driver_errors(store: Any, method: Callable[..., Any]) -> Iterator[None]:
     except ChatMemoryError:
         raise
     except Exception as exc:
-        raise StorageError(f"{type(store).__name__}.{method.__name__} failed: {type(exc).__name__}: {exc}") from exc
+        raise StorageError(
+            f"{type(store).__name__}.{method.__name__} failed: {type(exc).__name__}: {exc}"
+        ) from exc
 
 
 @dataclass
@@ -72,4 +74,6 @@ class Backoff:
             if result is not None:
                 return result
             time.sleep(delay)
-        raise ConcurrencyError(f"{what} lost {self.attempts} optimistic-concurrency races in a row; giving up")
+        raise ConcurrencyError(
+            f"{what} lost {self.attempts} optimistic-concurrency races in a row; giving up"
+        )

@@ -54,7 +54,11 @@ class _Conversation:
         """Index events just appended (numbered, in the window)."""
         for event in stored:
             self.by_id[event.id] = event
-            if event.type in _TOOL_TYPES and event.seq is not None and event.tool_call_id is not None:
+            if (
+                event.type in _TOOL_TYPES
+                and event.seq is not None
+                and event.tool_call_id is not None
+            ):
                 self.tools[event.seq] = event
                 self.calls.setdefault(event.tool_call_id, []).append(event.seq)
 
@@ -111,7 +115,9 @@ class InMemoryStore(AppendsWithoutWindow, CompactsWhileAppending, Retracts, Stor
         settings, _ = cls.url_settings(urlsplit(url).query, options)
         unknown = sorted(set(options) - set(settings))
         if unknown:
-            raise ConfigurationError(f"InMemoryStore option ({unknown[0]!r}) is not supported; known options: max_archived_events")
+            raise ConfigurationError(
+                f"InMemoryStore option ({unknown[0]!r}) is not supported; known options: max_archived_events"
+            )
         return cls(**settings)
 
     @classmethod
@@ -123,7 +129,9 @@ class InMemoryStore(AppendsWithoutWindow, CompactsWhileAppending, Retracts, Stor
             conversation_id=cid,
             version=conv.version,
             last_seq=conv.last_seq,
-            window=Window(pinned=tuple(conv.pinned), summary=conv.summary, active=tuple(conv.active)),
+            window=Window(
+                pinned=tuple(conv.pinned), summary=conv.summary, active=tuple(conv.active)
+            ),
             archived_count=len(conv.archive),
             compaction_error=conv.compaction_error,
         )
@@ -179,7 +187,10 @@ class InMemoryStore(AppendsWithoutWindow, CompactsWhileAppending, Retracts, Stor
             conv.archive = deque(sorted([*conv.archive, *moved], key=lambda e: e.seq or 0))
 
     def append_compacting(
-        self, conversation_id: str, events: Sequence[Event], planner: Callable[[Snapshot], CompactionPlan | None]
+        self,
+        conversation_id: str,
+        events: Sequence[Event],
+        planner: Callable[[Snapshot], CompactionPlan | None],
     ) -> tuple[Snapshot, bool]:
         with self._lock:
             snapshot = self.append(conversation_id, events)
@@ -206,7 +217,9 @@ class InMemoryStore(AppendsWithoutWindow, CompactsWhileAppending, Retracts, Stor
                 if conv.summary is not None:
                     conv.archive.append(archived_copy(conv.summary))
                 conv.last_seq += 1
-                conv.summary = plan.summary.model_copy(update={"seq": conv.last_seq, "archived": False})
+                conv.summary = plan.summary.model_copy(
+                    update={"seq": conv.last_seq, "archived": False}
+                )
                 # keep the archive in seq order: a replaced summary can be newer than archived events
                 conv.archive = deque(sorted(conv.archive, key=lambda e: e.seq or 0))
             cap = self.archive_cap(plan)
@@ -214,7 +227,9 @@ class InMemoryStore(AppendsWithoutWindow, CompactsWhileAppending, Retracts, Stor
                 while len(conv.archive) > cap:
                     conv.dropped(conv.archive.popleft())
             if plan.record is not None:
-                conv.compactions.append(json.loads(json.dumps(plan.record)))  # stored as JSON, like elsewhere
+                conv.compactions.append(
+                    json.loads(json.dumps(plan.record))
+                )  # stored as JSON, like elsewhere
                 while len(conv.compactions) > self.compaction_records_kept:
                     conv.compactions.popleft()
             conv.version += 1
@@ -242,7 +257,9 @@ class InMemoryStore(AppendsWithoutWindow, CompactsWhileAppending, Retracts, Stor
         """By the ``tool_call_id`` index: the events of the ids asked for, nothing else."""
         return self.find_events(conversation_id, (), tool_call_ids)
 
-    def find_events(self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]) -> list[Event]:
+    def find_events(
+        self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]
+    ) -> list[Event]:
         cid = check_conversation_id(conversation_id)
         with self._lock:
             conv = self._conversations.get(cid)
@@ -264,7 +281,12 @@ class InMemoryStore(AppendsWithoutWindow, CompactsWhileAppending, Retracts, Stor
             conv = self._conversations.get(cid)
             if conv is None:
                 return []
-            stored = [*conv.archive, *conv.pinned, *conv.active, *([conv.summary] if conv.summary else [])]
+            stored = [
+                *conv.archive,
+                *conv.pinned,
+                *conv.active,
+                *([conv.summary] if conv.summary else []),
+            ]
             targets = retraction_targets(stored, event_ids)
             if not targets:
                 return []

@@ -39,7 +39,16 @@ from ..errors import StorageError
 from ..events import Event
 from ..search import SearchQuery, SearchResult
 from ..steps import Steps, run
-from .base import AppendsWithoutWindow, CompactionPlan, ConnectionField, Retracts, Snapshot, Store, StoreNode, wrap_driver_errors
+from .base import (
+    AppendsWithoutWindow,
+    CompactionPlan,
+    ConnectionField,
+    Retracts,
+    Snapshot,
+    Store,
+    StoreNode,
+    wrap_driver_errors,
+)
 from .migrations import Migration
 from .redis_layout import (
     DEFAULT_MAX_ARCHIVED_EVENTS,
@@ -118,13 +127,18 @@ class RedisStore(RedisLayout, AppendsWithoutWindow, Retracts, Store):
         from redis.retry import Retry
 
         settings, driver_url, driver_options, cluster = driver_target(cls, url, options)
-        driver_options = {"retry": retry(Retry, (redis.ConnectionError, redis.TimeoutError)), **driver_options}
+        driver_options = {
+            "retry": retry(Retry, (redis.ConnectionError, redis.TimeoutError)),
+            **driver_options,
+        }
         if cluster:
             try:  # a cluster client connects at once, to learn the slot map
                 client = redis.cluster.RedisCluster.from_url(driver_url, **driver_options)
             except Exception as exc:
                 where = urlsplit(driver_url)
-                raise StorageError(f"RedisStore could not reach the cluster at {where.hostname}:{where.port}: {exc}") from exc
+                raise StorageError(
+                    f"RedisStore could not reach the cluster at {where.hostname}:{where.port}: {exc}"
+                ) from exc
         else:
             # redis-py before 6 retries a command only on the errors named here, whatever the Retry says
             driver_options.setdefault("retry_on_error", [redis.ConnectionError, redis.TimeoutError])
@@ -133,8 +147,13 @@ class RedisStore(RedisLayout, AppendsWithoutWindow, Retracts, Store):
 
     @classmethod
     def node_target(cls, connection: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-        options = {"prefix": connection.get("keyPrefix"), "ttl_seconds": connection.get("ttlSeconds")}
-        return connection["url"], {key: value for key, value in options.items() if value not in (None, "")}
+        options = {
+            "prefix": connection.get("keyPrefix"),
+            "ttl_seconds": connection.get("ttlSeconds"),
+        }
+        return connection["url"], {
+            key: value for key, value in options.items() if value not in (None, "")
+        }
 
     def close(self) -> None:
         """Close the client if this store created it."""
@@ -155,7 +174,9 @@ class RedisStore(RedisLayout, AppendsWithoutWindow, Retracts, Store):
         except _driver().exceptions.NoScriptError:
             return self.client.eval(script.script, len(keys), *keys, *args)
 
-    def _pipeline(self, commands: Sequence[tuple[str, Sequence[Any]]], transaction: bool) -> list[Any]:
+    def _pipeline(
+        self, commands: Sequence[tuple[str, Sequence[Any]]], transaction: bool
+    ) -> list[Any]:
         pipe = self.client.pipeline(transaction=transaction)
         for method, args in commands:
             getattr(pipe, method)(*args)
@@ -198,7 +219,9 @@ class RedisStore(RedisLayout, AppendsWithoutWindow, Retracts, Store):
         retried events, so the cost depends on the batch, not on the conversation's length."""
         return self._do(self._append_without_window_steps(conversation_id, events))  # type: ignore[no-any-return]
 
-    def find_events(self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]) -> list[Event]:
+    def find_events(
+        self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]
+    ) -> list[Event]:
         """By the event-id and tool-call-id indexes: one script that reads the elements asked for."""
         return self._do(self._find_events_steps(conversation_id, event_ids, tool_call_ids))  # type: ignore[no-any-return]
 
@@ -226,4 +249,11 @@ class RedisStore(RedisLayout, AppendsWithoutWindow, Retracts, Store):
         self._do(self._clear_steps(conversation_id))
 
 
-__all__ = ["DEFAULT_MAX_ARCHIVED_EVENTS", "DEFAULT_PREFIX", "MIGRATION_LOCK_SECONDS", "REDIS_LAYOUT", "NODE", "RedisStore"]
+__all__ = [
+    "DEFAULT_MAX_ARCHIVED_EVENTS",
+    "DEFAULT_PREFIX",
+    "MIGRATION_LOCK_SECONDS",
+    "REDIS_LAYOUT",
+    "NODE",
+    "RedisStore",
+]

@@ -21,7 +21,6 @@ from .base import CompactionPlan, Snapshot, wrap_driver_errors
 from .migrations import Migration
 from .redis_layout import LuaScript, RedisLayout, driver, driver_target, retry
 
-
 #: Connections of a single-server store's pool unless the URL says ``?max_connections=N``;
 #: more concurrent commands wait for a free one (up to 20 s) instead of failing.
 DEFAULT_MAX_CONNECTIONS = 32
@@ -92,7 +91,9 @@ class AsyncRedisStore(RedisLayout, AsyncStore):
             self._closed = True
             if self._loop is not None and self._loop.is_closed():
                 return  # its connections were closed with their loop: nothing to await
-            close = getattr(self.client, "aclose", None) or self.client.close  # aclose from redis 5.0.1
+            close = (
+                getattr(self.client, "aclose", None) or self.client.close
+            )  # aclose from redis 5.0.1
             await close()
             pool = getattr(self.client, "connection_pool", None)  # a cluster client has none
             if pool is not None:
@@ -110,7 +111,9 @@ class AsyncRedisStore(RedisLayout, AsyncStore):
         except _driver().exceptions.NoScriptError:
             return await self.client.eval(script.script, len(keys), *keys, *args)
 
-    async def _pipeline(self, commands: Sequence[tuple[str, Sequence[Any]]], transaction: bool) -> list[Any]:
+    async def _pipeline(
+        self, commands: Sequence[tuple[str, Sequence[Any]]], transaction: bool
+    ) -> list[Any]:
         pipe = self.client.pipeline(transaction=transaction)
         for method, args in commands:
             getattr(pipe, method)(*args)
@@ -153,7 +156,9 @@ class AsyncRedisStore(RedisLayout, AsyncStore):
         return await self._do(self._append_steps(conversation_id, events))  # type: ignore[no-any-return]
 
     @wrap_driver_errors
-    async def append_without_window(self, conversation_id: str, events: Sequence[Event]) -> list[Event]:
+    async def append_without_window(
+        self, conversation_id: str, events: Sequence[Event]
+    ) -> list[Event]:
         """:meth:`RedisStore.append_without_window <chat_memory.backends.redis.RedisStore.append_without_window>`."""
         return await self._do(self._append_without_window_steps(conversation_id, events))  # type: ignore[no-any-return]
 
@@ -163,11 +168,15 @@ class AsyncRedisStore(RedisLayout, AsyncStore):
     async def history(self, conversation_id: str) -> list[Event]:
         return await self._do(self._history_steps(conversation_id))  # type: ignore[no-any-return]
 
-    async def find_tool_events(self, conversation_id: str, tool_call_ids: Collection[str]) -> list[Event]:
+    async def find_tool_events(
+        self, conversation_id: str, tool_call_ids: Collection[str]
+    ) -> list[Event]:
         """By the tool-call-id index (window and the capped archive), not the history."""
         return await self.find_events(conversation_id, (), tool_call_ids)
 
-    async def find_events(self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]) -> list[Event]:
+    async def find_events(
+        self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]
+    ) -> list[Event]:
         """:meth:`RedisStore.find_events <chat_memory.backends.redis.RedisStore.find_events>`."""
         return await self._do(self._find_events_steps(conversation_id, event_ids, tool_call_ids))  # type: ignore[no-any-return]
 

@@ -52,7 +52,18 @@ URL_OPTIONS = (
     StoreOption("max_archived_events", int, minimum=0, nullable=True),
     StoreOption("ttl_seconds", int, minimum=1, nullable=True),
 )
-_SUFFIXES = ("meta", "pinned", "active", "archive", "texts", "recent", "compactions", "ids", "calls", "retracted")
+_SUFFIXES = (
+    "meta",
+    "pinned",
+    "active",
+    "archive",
+    "texts",
+    "recent",
+    "compactions",
+    "ids",
+    "calls",
+    "retracted",
+)
 _CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 # Small socket timeouts and a few quick retries: a server that is down or restarting gives a
 # StorageError within about a second or two instead of hanging the agent.
@@ -87,7 +98,9 @@ class LuaScript:
         return hashlib.sha1(self.script.encode("utf-8")).hexdigest()
 
 
-_UNLOCK = LuaScript("if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0")
+_UNLOCK = LuaScript(
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+)
 
 
 @cache
@@ -108,21 +121,35 @@ def driver(*modules: str) -> Any:
         for module in modules:
             importlib.import_module(module)
     except ModuleNotFoundError as exc:
-        raise ConfigurationError("the Redis stores need the redis driver; pip install 'chat-memory[redis]'") from exc
+        raise ConfigurationError(
+            "the Redis stores need the redis driver; pip install 'chat-memory[redis]'"
+        ) from exc
     return redis
 
 
-def driver_target(store: type, url: str, options: Mapping[str, Any]) -> tuple[dict[str, Any], str, dict[str, Any], bool]:
+def driver_target(
+    store: type, url: str, options: Mapping[str, Any]
+) -> tuple[dict[str, Any], str, dict[str, Any], bool]:
     """Split a store URL and keyword options into (the store's settings, the URL for the
     redis-py client, the client's options without its retry policy, whether it is a cluster).
     Query parameters and keywords that are not store options go to the client."""
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme not in SCHEMES:
-        raise ConfigurationError(f"store URL scheme ({scheme!r}) is not a Redis scheme; use redis://, rediss:// or redis+cluster://")
+        raise ConfigurationError(
+            f"store URL scheme ({scheme!r}) is not a Redis scheme; use redis://, rediss:// or redis+cluster://"
+        )
     settings, driver_query = settings_from_url(store, parts.query, options)
     driver_options = {**_DRIVER_DEFAULTS, **{k: v for k, v in options.items() if k not in settings}}
-    driver_url = urlunsplit((_CLUSTER_SCHEMES.get(scheme, scheme), parts.netloc, parts.path, urlencode(driver_query), ""))
+    driver_url = urlunsplit(
+        (
+            _CLUSTER_SCHEMES.get(scheme, scheme),
+            parts.netloc,
+            parts.path,
+            urlencode(driver_query),
+            "",
+        )
+    )
     return settings, driver_url, driver_options, scheme in _CLUSTER_SCHEMES
 
 
@@ -141,7 +168,9 @@ def _text(value: bytes | str) -> str:
 
 def _event(element: bytes | str, archived: bool = False, retracted: bool = False) -> Event:
     seq, _, envelope = _text(element).partition(":")
-    return Event.from_json(envelope).model_copy(update={"seq": int(seq), "archived": archived, "retracted": retracted})
+    return Event.from_json(envelope).model_copy(
+        update={"seq": int(seq), "archived": archived, "retracted": retracted}
+    )
 
 
 def _id_prefix(event_id: str) -> str:
@@ -179,13 +208,17 @@ class RedisLayout(ABC):
     ) -> None:
         cluster = self._is_cluster(client)
         if not isinstance(prefix, str) or "{" in prefix or "}" in prefix:
-            raise ConfigurationError(f"prefix ({prefix!r}) must be a string without '{{' or '}}' (they mark hash tags)")
+            raise ConfigurationError(
+                f"prefix ({prefix!r}) must be a string without '{{' or '}}' (they mark hash tags)"
+            )
         declared = {option.name: option for option in URL_OPTIONS}
         name = type(self).__name__
         self.client = client
         self.cluster = cluster
         self.prefix = prefix
-        self.default_max_archived_events = declared["max_archived_events"].parse(max_archived_events, name)
+        self.default_max_archived_events = declared["max_archived_events"].parse(
+            max_archived_events, name
+        )
         self.ttl_seconds = declared["ttl_seconds"].parse(ttl_seconds, name)
         self._owns_client = owns_client
         self._closed = False
@@ -225,7 +258,9 @@ class RedisLayout(ABC):
             # a new prefix, or data from before the key existed (which is layout 1)
             found = 1 if (yield from command("exists", self._registry)) else REDIS_LAYOUT.current
             yield from command("set", self._layout_key, found, nx=True)
-            found = (yield from command("get", self._layout_key)) or found  # another store may have set it first
+            found = (
+                yield from command("get", self._layout_key)
+            ) or found  # another store may have set it first
         where = f"Redis key {self._layout_key!r}"
         if REDIS_LAYOUT.steps(REDIS_LAYOUT.parse(found, where), where):
             self._layout_checked = True  # migrations may use the store's own commands
@@ -245,18 +280,28 @@ class RedisLayout(ABC):
                 break
             yield Sleep(delay)
         else:
-            raise ConcurrencyError(f"the Redis layout lock {lock!r} stayed taken; is a migration still running?")
+            raise ConcurrencyError(
+                f"the Redis layout lock {lock!r} stayed taken; is a migration still running?"
+            )
         try:
-            found = REDIS_LAYOUT.parse((yield from command("get", self._layout_key)), where)  # re-read under the lock
+            found = REDIS_LAYOUT.parse(
+                (yield from command("get", self._layout_key)), where
+            )  # re-read under the lock
             for step in REDIS_LAYOUT.steps(found, where):
                 yield from call("_upgrade", step)
-                note = f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} {step.description}"
-                yield from command("hset", f"{self._layout_key}:migrations", str(step.to_version), note)
+                note = (
+                    f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} {step.description}"
+                )
+                yield from command(
+                    "hset", f"{self._layout_key}:migrations", str(step.to_version), note
+                )
                 yield from command("set", self._layout_key, step.to_version)
         finally:
             yield from call("_script", _UNLOCK, [lock], [token])
 
-    def _script_steps(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any]) -> Steps[Any]:
+    def _script_steps(
+        self, script: LuaScript, keys: Sequence[str], args: Sequence[Any]
+    ) -> Steps[Any]:
         yield from self._layout_steps()
         return (yield from call("_script", script, list(keys), list(args)))
 
@@ -292,7 +337,10 @@ class RedisLayout(ABC):
     def _history_steps(self, conversation_id: str) -> Steps[list[Event]]:
         cid = check_conversation_id(conversation_id)
         reply = yield from self._run_steps("history", cid)
-        events = [*self._snapshot(cid, reply).window.events(), *(_event(e, archived=True) for e in reply[7])]
+        events = [
+            *self._snapshot(cid, reply).window.events(),
+            *(_event(e, archived=True) for e in reply[7]),
+        ]
         return sorted(events, key=lambda e: e.seq or 0)
 
     def _search_steps(self, conversation_id: str, query: SearchQuery) -> Steps[SearchResult]:
@@ -312,19 +360,36 @@ class RedisLayout(ABC):
             matched, hits = 0, []
             while True:
                 skip, room = max(0, query.offset - matched), max(0, query.limit - len(hits) // 2)
-                args = (mode, recall, *cursor, through, skip, room, SEARCH_CALL_MICROSECONDS, SEARCH_CHECK_BYTES, *query.terms)
+                args = (
+                    mode,
+                    recall,
+                    *cursor,
+                    through,
+                    skip,
+                    room,
+                    SEARCH_CALL_MICROSECONDS,
+                    SEARCH_CHECK_BYTES,
+                    *query.terms,
+                )
                 reply = yield from self._script_steps(lua("search"), keys, args)
-                version, last_seq, used_through, next_seq, next_pos, found, count, slice_hits = reply
+                version, last_seq, used_through, next_seq, next_pos, found, count, slice_hits = (
+                    reply
+                )
                 if through and (int(version) < seen_version or int(last_seq) < through):
                     break  # cleared meanwhile: these seqs are another conversation's now
                 through, seen_version = int(used_through), int(version)
                 matched += int(count)
                 hits += slice_hits
                 if not int(next_seq):
-                    events = [_event(hits[i + 1], archived=_text(hits[i]) == "1") for i in range(0, len(hits), 2)]
+                    events = [
+                        _event(hits[i + 1], archived=_text(hits[i]) == "1")
+                        for i in range(0, len(hits), 2)
+                    ]
                     return SearchResult(events=events, total=matched)
                 cursor = (int(next_seq), int(next_pos), _text(found))
-        raise ConcurrencyError(f"conversation {cid!r} was cleared {SEARCH_RESTARTS} times during one search")
+        raise ConcurrencyError(
+            f"conversation {cid!r} was cleared {SEARCH_RESTARTS} times during one search"
+        )
 
     def _find_events_steps(
         self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]
@@ -340,10 +405,16 @@ class RedisLayout(ABC):
         reply = yield from self._run_steps("find", cid, len(prefixes), *prefixes, *fields)
         if int(reply[0]):
             _, by_id, by_call, flags = reply
-            found = [_event(e) for e in by_id] + [_event(e, archived=_text(f) == "1") for e, f in zip(by_call, flags)]
+            found = [_event(e) for e in by_id] + [
+                _event(e, archived=_text(f) == "1") for e, f in zip(by_call, flags)
+            ]
         else:
             history = yield from self._history_steps(cid)
-            found = [e for e in history if e.id in wanted_ids and not e.archived and e.type is not EventType.SUMMARY]
+            found = [
+                e
+                for e in history
+                if e.id in wanted_ids and not e.archived and e.type is not EventType.SUMMARY
+            ]
             found += tool_events(history, wanted_calls)
         unique = {e.seq: e for e in found}
         return sorted(unique.values(), key=lambda e: e.seq or 0)
@@ -352,22 +423,31 @@ class RedisLayout(ABC):
         ids = sorted(_text(m) for m in (yield from self._command_steps("smembers", self._registry)))
         if self.cluster:
             # no cross-slot script on a cluster: filter out expired conversations, leave the ids
-            alive = yield from call("_pipeline", [("exists", (self._keys(cid)[0],)) for cid in ids], False)
+            alive = yield from call(
+                "_pipeline", [("exists", (self._keys(cid)[0],)) for cid in ids], False
+            )
             return [cid for cid, found in zip(ids, alive) if found]
         live: list[str] = []
         for start in range(0, len(ids), 1000):
             chunk = ids[start : start + 1000]
             keys = [self._registry, *(self._keys(cid)[0] for cid in chunk)]
-            live += [_text(cid) for cid in (yield from self._script_steps(lua("prune"), keys, chunk))]
+            live += [
+                _text(cid) for cid in (yield from self._script_steps(lua("prune"), keys, chunk))
+            ]
         return sorted(live)
 
     def _compactions_steps(self, conversation_id: str) -> Steps[list[dict[str, Any]]]:
         cid = check_conversation_id(conversation_id)
-        return [json.loads(_text(r)) for r in (yield from self._command_steps("lrange", self._keys(cid)[6], 0, -1))]
+        return [
+            json.loads(_text(r))
+            for r in (yield from self._command_steps("lrange", self._keys(cid)[6], 0, -1))
+        ]
 
     # -- writing -----------------------------------------------------------------------------
 
-    def _append_script_steps(self, cid: str, events: Sequence[Event], reply: str) -> Steps[list[Any]]:
+    def _append_script_steps(
+        self, cid: str, events: Sequence[Event], reply: str
+    ) -> Steps[list[Any]]:
         """One append script call (``reply``: ``"w"`` the window, ``"b"`` the batch's seqs).
         The whole batch goes in one call, so it is stored whole or not at all; the script
         itself never hands Redis more than 1,000 arguments per command."""
@@ -388,7 +468,9 @@ class RedisLayout(ABC):
         _, reply = yield from self._append_script_steps(cid, events, "w")
         return self._snapshot(cid, reply)
 
-    def _append_without_window_steps(self, conversation_id: str, events: Sequence[Event]) -> Steps[list[Event]]:
+    def _append_without_window_steps(
+        self, conversation_id: str, events: Sequence[Event]
+    ) -> Steps[list[Event]]:
         cid = check_conversation_id(conversation_id)
         _, _, _, seqs, existing = yield from self._append_script_steps(cid, events, "b")
         stored: list[Event | None] = []
@@ -401,25 +483,49 @@ class RedisLayout(ABC):
             # a request retried after a lost reply whose events a compaction moved since: rare,
             # so read the history for them
             by_id = {e.id: e for e in (yield from self._history_steps(cid))}
-            stored = [e if e is not None else by_id.get(event.id) for e, event in zip(stored, events)]
+            stored = [
+                e if e is not None else by_id.get(event.id) for e, event in zip(stored, events)
+            ]
         missing = [event.id for e, event in zip(stored, events) if e is None]
         if missing:
-            raise StorageError(f"the stored copy of event {missing[0]!r} of conversation {cid!r} is gone (cleared?)")
+            raise StorageError(
+                f"the stored copy of event {missing[0]!r} of conversation {cid!r} is gone (cleared?)"
+            )
         return [e for e in stored if e is not None]
 
     def _apply_steps(self, conversation_id: str, plan: CompactionPlan) -> Steps[bool]:
         cid = check_conversation_id(conversation_id)
-        cap = plan.max_archived_events if plan.max_archived_events is not None else self.default_max_archived_events
-        summary = plan.summary.model_copy(update={"seq": None, "archived": False}).to_json() if plan.summary else ""
+        cap = (
+            plan.max_archived_events
+            if plan.max_archived_events is not None
+            else self.default_max_archived_events
+        )
+        summary = (
+            plan.summary.model_copy(update={"seq": None, "archived": False}).to_json()
+            if plan.summary
+            else ""
+        )
         record = json.dumps(plan.record) if plan.record is not None else ""
-        args = (plan.expected_version, plan.archive_through_seq, summary, "" if cap is None else cap, self._ttl, record, self.compaction_records_kept)
+        args = (
+            plan.expected_version,
+            plan.archive_through_seq,
+            summary,
+            "" if cap is None else cap,
+            self._ttl,
+            record,
+            self.compaction_records_kept,
+        )
         return bool((yield from self._run_steps("apply", cid, *args)))
 
     def _record_error_steps(self, conversation_id: str, message: str | None) -> Steps[None]:
         cid = check_conversation_id(conversation_id)
-        yield from self._run_steps("record_error", cid, "0" if message is None else "1", message or "", self._ttl)
+        yield from self._run_steps(
+            "record_error", cid, "0" if message is None else "1", message or "", self._ttl
+        )
 
-    def _retract_steps(self, conversation_id: str, event_ids: Collection[str]) -> Steps[list[Event]]:
+    def _retract_steps(
+        self, conversation_id: str, event_ids: Collection[str]
+    ) -> Steps[list[Event]]:
         """``retract.lua``: one script moves the events and their tool partners to the
         ``retracted`` sorted set (same hash slot) and out of the texts and both indexes."""
         cid = check_conversation_id(conversation_id)
@@ -437,7 +543,9 @@ class RedisLayout(ABC):
 
     def _retracted_steps(self, conversation_id: str) -> Steps[list[Event]]:
         cid = check_conversation_id(conversation_id)
-        elements = yield from self._command_steps("zrange", self._keys(cid)[_SUFFIXES.index("retracted")], 0, -1)
+        elements = yield from self._command_steps(
+            "zrange", self._keys(cid)[_SUFFIXES.index("retracted")], 0, -1
+        )
         return [_event(e, retracted=True) for e in elements]
 
     def _clear_steps(self, conversation_id: str) -> Steps[None]:
@@ -449,7 +557,21 @@ class RedisLayout(ABC):
             yield from command("srem", self._registry, cid)
             yield from command("delete", *keys)
             return
-        yield from call("_pipeline", [("srem", (self._registry, cid)), ("delete", tuple(keys))], True)
+        yield from call(
+            "_pipeline", [("srem", (self._registry, cid)), ("delete", tuple(keys))], True
+        )
 
 
-__all__ = ["DEFAULT_MAX_ARCHIVED_EVENTS", "DEFAULT_PREFIX", "REDIS_LAYOUT", "SCHEMES", "URL_OPTIONS", "LuaScript", "RedisLayout", "driver", "driver_target", "lua", "retry"]
+__all__ = [
+    "DEFAULT_MAX_ARCHIVED_EVENTS",
+    "DEFAULT_PREFIX",
+    "REDIS_LAYOUT",
+    "SCHEMES",
+    "URL_OPTIONS",
+    "LuaScript",
+    "RedisLayout",
+    "driver",
+    "driver_target",
+    "lua",
+    "retry",
+]

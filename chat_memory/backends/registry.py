@@ -75,7 +75,9 @@ def store_class_for(scheme: str) -> type[Store]:
     scheme = scheme.lower()
     found = _by_scheme.get(scheme) or _by_scheme.get(scheme.split("+", 1)[0])
     if found is None:
-        raise ConfigurationError(f"store URL scheme ({scheme!r}) is not supported; known schemes: {', '.join(schemes())}")
+        raise ConfigurationError(
+            f"store URL scheme ({scheme!r}) is not supported; known schemes: {', '.join(schemes())}"
+        )
     return found
 
 
@@ -104,10 +106,18 @@ def _load_plugin(entry_point: metadata.EntryPoint) -> None:
     try:
         loaded = entry_point.load()
     except Exception as exc:  # any import failure of third-party code
-        log.warning("chat-memory: store plugin %r could not be loaded: %s: %s", entry_point.value, type(exc).__name__, exc)
+        log.warning(
+            "chat-memory: store plugin %r could not be loaded: %s: %s",
+            entry_point.value,
+            type(exc).__name__,
+            exc,
+        )
         return
     if not (isinstance(loaded, type) and issubclass(loaded, Store) and loaded.schemes):
-        log.warning("chat-memory: store plugin %r is not a Store subclass declaring schemes; skipped", entry_point.value)
+        log.warning(
+            "chat-memory: store plugin %r is not a Store subclass declaring schemes; skipped",
+            entry_point.value,
+        )
         return
     register(loaded)
 

@@ -90,7 +90,9 @@ def redact_url(url: str) -> str:
     query_at = text.find("?", rest_from)
     if query_at < 0:
         return text
-    return text[: query_at + 1] + "&".join(_redact_option(part) for part in text[query_at + 1 :].split("&"))
+    return text[: query_at + 1] + "&".join(
+        _redact_option(part) for part in text[query_at + 1 :].split("&")
+    )
 
 
 def _redact_option(option: str) -> str:
@@ -143,7 +145,9 @@ def redact_message(text: str, urls: Iterable[str | None] = ()) -> str:
     given store ``urls`` (:func:`url_secrets`) replaced by ``***`` wherever they appear, and
     every URL inside it passed through :func:`redact_url`."""
     message = str(text)
-    secrets = sorted({s for url in urls if url for s in url_secrets(url)}, key=lambda s: (-len(s), s))
+    secrets = sorted(
+        {s for url in urls if url for s in url_secrets(url)}, key=lambda s: (-len(s), s)
+    )
     for secret in secrets:
         message = message.replace(secret, MASK)
     return URL_IN_TEXT.sub(lambda match: redact_url(match.group()), message)
@@ -159,7 +163,11 @@ def strip_userinfo(url: str) -> tuple[str, str | None, str | None]:
     span = password_span(url)
     if span is not None and url[span[0] - 1] == ":":
         user = url[start : span[0] - 1]
-        return url[:start] + url[span[1] + 1 :], unquote(user) if user else None, unquote(url[span[0] : span[1]])
+        return (
+            url[:start] + url[span[1] + 1 :],
+            unquote(user) if user else None,
+            unquote(url[span[0] : span[1]]),
+        )
     if span is not None:  # malformed: no telling user from password
         return url[:start] + url[span[1] + 1 :], None, unquote(url[span[0] : span[1]])
     authority = re.match(r"[^/?#]*", url[start:])

@@ -7,16 +7,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import ConfigurationError
 from ..backends import BUILTIN_NODE, Store, StoreNode, store_classes
+from ..errors import ConfigurationError
 from .fields import (
     CONVERSATION_ID,
-    connection_fields,
     MAX_MESSAGES_V1,
-    memory_fields,
-    summarizing_strategies,
     FieldSpec,
     ShowIf,
+    connection_fields,
+    memory_fields,
+    summarizing_strategies,
 )
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -42,7 +42,11 @@ class ClusterSlot:
     show_if: ShowIf | None = None
 
     def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"label": self.label, "accepts": list(self.accepts), "required": self.required}
+        data: dict[str, Any] = {
+            "label": self.label,
+            "accepts": list(self.accepts),
+            "required": self.required,
+        }
         if self.show_if:
             data["showIf"] = {key: list(values) for key, values in self.show_if.items()}
         return data
@@ -113,7 +117,9 @@ class NodeDefinition:
             data["storage"] = self.storage
         return data
 
-    def check_parameters(self, parameters: Mapping[str, Any], skip: frozenset[str] = frozenset()) -> dict[str, Any]:
+    def check_parameters(
+        self, parameters: Mapping[str, Any], skip: frozenset[str] = frozenset()
+    ) -> dict[str, Any]:
         """Refuse unknown fields, missing required ones and literal values of the wrong type
         (expressions are left for run time; fields in ``skip`` are checked by their owner).
         Returns the parameters with defaults filled in."""
@@ -124,7 +130,9 @@ class NodeDefinition:
         if unknown:
             name = unknown[0]
             fields = ", ".join(sorted(known)) or "no fields"
-            raise ConfigurationError(f"Unknown field {name!r} (value {parameters[name]!r}); {self.type} has: {fields}")
+            raise ConfigurationError(
+                f"Unknown field {name!r} (value {parameters[name]!r}); {self.type} has: {fields}"
+            )
         for spec in self.fields:
             value = parameters.get(spec.name)
             if spec.required and value is None:
@@ -135,6 +143,7 @@ class NodeDefinition:
 
 
 # -- the nodes ------------------------------------------------------------------------------
+
 
 def store_nodes() -> list[tuple[StoreNode, type[Store] | None]]:
     """Each Chat Memory node's declaration and the store class behind it (None for the
@@ -156,7 +165,10 @@ def store_node(storage: str) -> tuple[StoreNode, type[Store] | None]:
 def summarizer_slot() -> ClusterSlot:
     """Where a summarizer model sub-node attaches, shown for the strategies that summarise."""
     return ClusterSlot(
-        "summarizerModel", "Summarizer model", (MODEL,), show_if={"compactionStrategy": summarizing_strategies()}
+        "summarizerModel",
+        "Summarizer model",
+        (MODEL,),
+        show_if={"compactionStrategy": summarizing_strategies()},
     )
 
 

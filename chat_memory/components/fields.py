@@ -37,7 +37,11 @@ class FieldSpec:
 
     def property_schema(self) -> dict[str, Any]:
         """The JSON Schema 2020-12 property, with the UI hints under ``x-ui``."""
-        ui: dict[str, Any] = {"label": self.label, "description": self.description, "order": self.order}
+        ui: dict[str, Any] = {
+            "label": self.label,
+            "description": self.description,
+            "order": self.order,
+        }
         if self.advanced:
             ui["advanced"] = True
         if self.show_if:
@@ -68,9 +72,13 @@ class FieldSpec:
             if isinstance(value, bool) or not isinstance(value, int):
                 raise ConfigurationError(f"{self.label} ({value!r}) must be a whole number")
             if value < self.schema.get("minimum", value):
-                raise ConfigurationError(f"{self.label} ({value}) must be at least {self.schema['minimum']}")
+                raise ConfigurationError(
+                    f"{self.label} ({value}) must be at least {self.schema['minimum']}"
+                )
             if value > self.schema.get("maximum", value):
-                raise ConfigurationError(f"{self.label} ({value}) must be at most {self.schema['maximum']}")
+                raise ConfigurationError(
+                    f"{self.label} ({value}) must be at most {self.schema['maximum']}"
+                )
         elif "boolean" in types and not isinstance(value, bool):
             raise ConfigurationError(f"{self.label} ({value!r}) must be true or false")
         elif "string" in types:
@@ -86,7 +94,9 @@ def _default(name: str) -> Any:
     return value.value if isinstance(value, Enum) else value
 
 
-def _memory_field(name: str, schema: dict[str, Any], description: str, order: int, **hints: Any) -> FieldSpec:
+def _memory_field(
+    name: str, schema: dict[str, Any], description: str, order: int, **hints: Any
+) -> FieldSpec:
     alias = MemoryConfig.model_fields[name].alias or name
     default = _default(name)
     if default is not None:
@@ -108,44 +118,122 @@ CONVERSATION_ID = FieldSpec(
 #: description, advanced). Which strategies show a field comes from the strategies' own
 #: declarations (:func:`shown_for`), so a new strategy needs no edit here.
 _MEMORY_FIELD_TEXTS: tuple[tuple[str, dict[str, Any], str, bool], ...] = (
-    ("compaction_strategy", {"type": "string"},
-     "How the window the model sees is kept bounded; compacted turns are archived, never deleted.", False),
-    ("max_events", _POSITIVE_INT,
-     "Most real events (messages, tool calls, tool results) kept in view before compaction.", False),
-    ("max_turns", _POSITIVE_INT, "Most turns (a user message and everything after it) kept in view.", False),
-    ("max_tokens", _POSITIVE_INT, "Most estimated tokens in view (pinned instructions and summary included).", False),
-    ("max_events_to_keep", _POSITIVE_INT, "Newest events kept in view when older ones are summarised.", False),
-    ("overlap_size", {"type": "integer", "minimum": 0},
-     "Kept events the summarizer also sees as upcoming context (not summarised).", False),
-    ("compact_to_ratio", {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-     "What a compaction leaves, as a fraction of the limit (0.5: compact to half). Below 1 the oldest "
-     "messages stay unchanged for several turns, so the provider's prompt cache serves them cheaply; "
-     "1 compacts just below the limit on every turn.", False),
-    ("summary_placement", {"type": "string", "enum": [p.value for p in SummaryPlacement]},
-     "Where the model sees the summary: as a leading user message or in the system prompt.", True),
-    ("enable_conversation_search_tool", {"type": "boolean"},
-     "Give the agent the conversation_search tool over the whole history, archive included.", False),
+    (
+        "compaction_strategy",
+        {"type": "string"},
+        "How the window the model sees is kept bounded; compacted turns are archived, never deleted.",
+        False,
+    ),
+    (
+        "max_events",
+        _POSITIVE_INT,
+        "Most real events (messages, tool calls, tool results) kept in view before compaction.",
+        False,
+    ),
+    (
+        "max_turns",
+        _POSITIVE_INT,
+        "Most turns (a user message and everything after it) kept in view.",
+        False,
+    ),
+    (
+        "max_tokens",
+        _POSITIVE_INT,
+        "Most estimated tokens in view (pinned instructions and summary included).",
+        False,
+    ),
+    (
+        "max_events_to_keep",
+        _POSITIVE_INT,
+        "Newest events kept in view when older ones are summarised.",
+        False,
+    ),
+    (
+        "overlap_size",
+        {"type": "integer", "minimum": 0},
+        "Kept events the summarizer also sees as upcoming context (not summarised).",
+        False,
+    ),
+    (
+        "compact_to_ratio",
+        {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "What a compaction leaves, as a fraction of the limit (0.5: compact to half). Below 1 the oldest "
+        "messages stay unchanged for several turns, so the provider's prompt cache serves them cheaply; "
+        "1 compacts just below the limit on every turn.",
+        False,
+    ),
+    (
+        "summary_placement",
+        {"type": "string", "enum": [p.value for p in SummaryPlacement]},
+        "Where the model sees the summary: as a leading user message or in the system prompt.",
+        True,
+    ),
+    (
+        "enable_conversation_search_tool",
+        {"type": "boolean"},
+        "Give the agent the conversation_search tool over the whole history, archive included.",
+        False,
+    ),
     ("search_page_size", _POSITIVE_INT, "Results per page of conversation_search.", True),
-    ("max_archived_events", {"type": ["integer", "null"], "minimum": 1},
-     "Oldest archived events beyond this many are dropped; empty means the storage's default.", True),
-    ("compress_tool_results", {"type": "boolean"},
-     "Show large tool results the model has already read as a short preview once the window fills up; "
-     "the full text stays stored and the agent gets fetch_tool_result to read it again.", False),
-    ("min_tool_result_compress_tokens", _POSITIVE_INT, "Tool results smaller than this many tokens are never shortened.", True),
-    ("keep_recent_tool_results", {"type": "integer", "minimum": 0}, "Newest tool results always shown in full.", True),
-    ("context_window_tokens", _POSITIVE_INT,
-     "The model's context window in tokens; no single event may be larger.", False),
-    ("compact_at_ratio", {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-     "Compact when the window reaches this share of the context window (0.8: at 80%).", False),
-    ("summarizer_failures_before_fallback", _POSITIVE_INT,
-     "After this many failed summaries in a row, compaction archives without a new summary (the window "
-     "stays bounded; the archived turns stay searchable).", True),
-    ("max_tool_result_tokens", {"type": ["integer", "null"], "minimum": 1},
-     "Tool results longer than this are cut when stored, with a visible note; empty keeps them whole.", True),
+    (
+        "max_archived_events",
+        {"type": ["integer", "null"], "minimum": 1},
+        "Oldest archived events beyond this many are dropped; empty means the storage's default.",
+        True,
+    ),
+    (
+        "compress_tool_results",
+        {"type": "boolean"},
+        "Show large tool results the model has already read as a short preview once the window fills up; "
+        "the full text stays stored and the agent gets fetch_tool_result to read it again.",
+        False,
+    ),
+    (
+        "min_tool_result_compress_tokens",
+        _POSITIVE_INT,
+        "Tool results smaller than this many tokens are never shortened.",
+        True,
+    ),
+    (
+        "keep_recent_tool_results",
+        {"type": "integer", "minimum": 0},
+        "Newest tool results always shown in full.",
+        True,
+    ),
+    (
+        "context_window_tokens",
+        _POSITIVE_INT,
+        "The model's context window in tokens; no single event may be larger.",
+        False,
+    ),
+    (
+        "compact_at_ratio",
+        {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "Compact when the window reaches this share of the context window (0.8: at 80%).",
+        False,
+    ),
+    (
+        "summarizer_failures_before_fallback",
+        _POSITIVE_INT,
+        "After this many failed summaries in a row, compaction archives without a new summary (the window "
+        "stays bounded; the archived turns stay searchable).",
+        True,
+    ),
+    (
+        "max_tool_result_tokens",
+        {"type": ["integer", "null"], "minimum": 1},
+        "Tool results longer than this are cut when stored, with a visible note; empty keeps them whole.",
+        True,
+    ),
 )
 #: Memory fields every strategy shows, and those that follow another field instead.
 _ALWAYS_SHOWN = frozenset(
-    {"compaction_strategy", "enable_conversation_search_tool", "compress_tool_results", "max_tool_result_tokens"}
+    {
+        "compaction_strategy",
+        "enable_conversation_search_tool",
+        "compress_tool_results",
+        "max_tool_result_tokens",
+    }
 )
 _SHOWN_BY_FIELD: dict[str, ShowIf] = {
     "search_page_size": {"enableConversationSearchTool": [True]},
@@ -158,11 +246,16 @@ def shown_for(config_field: str) -> list[str]:
     """The strategies for which the canvas shows a config field: those listing it in their
     ``settings``, every compacting one for the archive cap, every summarizing one for the
     summarizer's fallback."""
-    implied = {"max_archived_events": "compacts", "summarizer_failures_before_fallback": "summarizes"}
+    implied = {
+        "max_archived_events": "compacts",
+        "summarizer_failures_before_fallback": "summarizes",
+    }
     shown = []
     for name in strategy_names():
         strategy = strategy_class(name)
-        if config_field in strategy.settings or getattr(strategy, implied.get(config_field, ""), False):
+        if config_field in strategy.settings or getattr(
+            strategy, implied.get(config_field, ""), False
+        ):
             shown.append(name)
     return shown
 
@@ -228,7 +321,11 @@ def connection_field(declared: ConnectionField, order: int) -> FieldSpec:
         schema["default"] = declared.default
     if declared.minimum is not None:
         schema["minimum"] = declared.minimum
-    min_length = declared.min_length if declared.min_length is not None else (1 if declared.required else None)
+    min_length = (
+        declared.min_length
+        if declared.min_length is not None
+        else (1 if declared.required else None)
+    )
     if min_length is not None:
         schema["minLength"] = min_length
     return FieldSpec(

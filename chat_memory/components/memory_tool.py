@@ -36,15 +36,31 @@ def _fields() -> tuple[FieldSpec, ...]:
         ),
         FieldSpec(
             "storage",
-            {"type": "string", "enum": [SAME_AS_CHAT_MEMORY, *storages], "default": SAME_AS_CHAT_MEMORY},
+            {
+                "type": "string",
+                "enum": [SAME_AS_CHAT_MEMORY, *storages],
+                "default": SAME_AS_CHAT_MEMORY,
+            },
             "Storage",
             "Where the memory files live: the agent's Chat Memory store, or another storage.",
             1,
         ),
-        FieldSpec("maxFileBytes", {"type": "integer", "minimum": 1, "default": 100_000}, "Max file size (bytes)",
-                  "Largest memory file.", 2, advanced=True),
-        FieldSpec("maxFiles", {"type": "integer", "minimum": 1, "default": 200}, "Max files",
-                  "Most files in one namespace.", 3, advanced=True),
+        FieldSpec(
+            "maxFileBytes",
+            {"type": "integer", "minimum": 1, "default": 100_000},
+            "Max file size (bytes)",
+            "Largest memory file.",
+            2,
+            advanced=True,
+        ),
+        FieldSpec(
+            "maxFiles",
+            {"type": "integer", "minimum": 1, "default": 200},
+            "Max files",
+            "Most files in one namespace.",
+            3,
+            advanced=True,
+        ),
     ]
     order = _CONNECTION_ORDER
     for node, store_class in store_nodes():
@@ -55,8 +71,13 @@ def _fields() -> tuple[FieldSpec, ...]:
             order += 1
             fields.append(
                 FieldSpec(
-                    _connection_name(node.storage, declared.name), spec.schema, f"{node.title}: {spec.label}",
-                    spec.description, spec.order, advanced=spec.advanced, show_if={"storage": [node.storage]},
+                    _connection_name(node.storage, declared.name),
+                    spec.schema,
+                    f"{node.title}: {spec.label}",
+                    spec.description,
+                    spec.order,
+                    advanced=spec.advanced,
+                    show_if={"storage": [node.storage]},
                     placeholder=spec.placeholder,
                 )
             )
@@ -85,9 +106,13 @@ def memory_tool_store_target(values: Mapping[str, Any]) -> tuple[str, str | None
     node, store_class = store_node(storage)
     if store_class is None:
         return storage, None, {}
-    connection = {f.name: values.get(_connection_name(storage, f.name), f.default) for f in node.fields}
+    connection = {
+        f.name: values.get(_connection_name(storage, f.name), f.default) for f in node.fields
+    }
     missing = [f.label for f in node.fields if f.required and connection.get(f.name) in (None, "")]
     if missing:
-        raise ConfigurationError(f"{node.title}: {missing[0]} ({connection.get(missing[0])!r}) is required for storage {storage!r}")
+        raise ConfigurationError(
+            f"{node.title}: {missing[0]} ({connection.get(missing[0])!r}) is required for storage {storage!r}"
+        )
     url, options = store_class.node_target(connection)
     return storage, url, options

@@ -16,7 +16,9 @@ def parse_type(node_type: object) -> tuple[str, int]:
     """Split ``"chatMemory/v2"`` into ``("chatMemory", 2)``; refuse anything else."""
     match = _TYPE_PATTERN.match(node_type) if isinstance(node_type, str) else None
     if not match:
-        raise ConfigurationError(f"node type ({node_type!r}) must look like 'chatMemory/v2' (name/vN)")
+        raise ConfigurationError(
+            f"node type ({node_type!r}) must look like 'chatMemory/v2' (name/vN)"
+        )
     return match["name"], int(match["version"])
 
 
@@ -44,14 +46,20 @@ class NodeRegistry:
         versions = self.versions(name)
         if versions:
             listed = ", ".join(f"{name}/v{v}" for v in versions)
-            raise ConfigurationError(f"node type {node_type!r} has no version {version}; registered: {listed}")
-        raise ConfigurationError(f"unknown node type {node_type!r}; registered names: {', '.join(self.names())}")
+            raise ConfigurationError(
+                f"node type {node_type!r} has no version {version}; registered: {listed}"
+            )
+        raise ConfigurationError(
+            f"unknown node type {node_type!r}; registered names: {', '.join(self.names())}"
+        )
 
     def latest(self, name: str) -> NodeDefinition:
         """The newest version of ``name``."""
         versions = self.versions(name)
         if not versions:
-            raise ConfigurationError(f"unknown node type {name!r}; registered names: {', '.join(self.names())}")
+            raise ConfigurationError(
+                f"unknown node type {name!r}; registered names: {', '.join(self.names())}"
+            )
         return self._definitions[(name, versions[-1])]
 
     def versions(self, name: str) -> list[int]:

@@ -66,7 +66,9 @@ def memory_settings(
     if definition.version == 1:
         config = _config_v1(literal)
     else:
-        config = MemoryConfig.from_mapping({k: v for k, v in literal.items() if k in MEMORY_FIELD_NAMES})
+        config = MemoryConfig.from_mapping(
+            {k: v for k, v in literal.items() if k in MEMORY_FIELD_NAMES}
+        )
     model = summarizer_model or literal.get("summarizerModel")
     strategy = strategy_class(config.compaction_strategy)
     if strategy.summarizes and not model:
@@ -74,7 +76,11 @@ def memory_settings(
             f"Summarizer model ({model!r}) must be configured for {strategy.label.lower()}: attach a model "
             "sub-node to the summarizerModel slot or fill in the Summarizer model field"
         )
-    connection_names = {f.name for f in definition.fields} - _CONFIG_FIELD_NAMES - {"conversationId", "summarizerModel"}
+    connection_names = (
+        {f.name for f in definition.fields}
+        - _CONFIG_FIELD_NAMES
+        - {"conversationId", "summarizerModel"}
+    )
     conversation_id = values.get("conversationId")
     return MemoryNodeSettings(
         definition,
@@ -88,7 +94,11 @@ def memory_settings(
 def _config_v1(values: Mapping[str, Any]) -> MemoryConfig:
     """Version 1 was a plain message-count window: a sliding window over ``maxMessages``."""
     try:
-        return MemoryConfig(compaction_strategy="sliding_window", max_events=values.get(MAX_MESSAGES_V1.name, 20))
+        return MemoryConfig(
+            compaction_strategy="sliding_window", max_events=values.get(MAX_MESSAGES_V1.name, 20)
+        )
     except ConfigurationError as exc:
         # Same validation code; the message names the field as the v1 canvas labels it.
-        raise ConfigurationError(str(exc).replace(FIELD_LABELS["max_events"], MAX_MESSAGES_V1.label)) from None
+        raise ConfigurationError(
+            str(exc).replace(FIELD_LABELS["max_events"], MAX_MESSAGES_V1.label)
+        ) from None

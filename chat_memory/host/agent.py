@@ -23,7 +23,9 @@ built-in ones: :class:`ConversationSearchTool`, :class:`FetchToolResultTool`,
 
 #: Model calls in one turn that may use tools; one more call (tools disabled) must answer.
 DEFAULT_MAX_TOOL_ROUNDS = 8
-ROUND_LIMIT_MESSAGE = "Error: the tool round limit of this turn was reached; answer with what you have."
+ROUND_LIMIT_MESSAGE = (
+    "Error: the tool round limit of this turn was reached; answer with what you have."
+)
 
 
 @dataclass(frozen=True)
@@ -100,18 +102,29 @@ class Agent:
             step: list[Event] = []
             if text.strip():
                 texts.append(text)
-                step.append(Event.assistant(text, metadata={"model": getattr(response, "model", self.model)}))
+                step.append(
+                    Event.assistant(
+                        text, metadata={"model": getattr(response, "model", self.model)}
+                    )
+                )
             refusals = [self._refuse_input(use) for use in uses]
             # a refused input is stored as {} (it could not be stored as given: the event
             # envelope refuses such nesting), its result explains why, and the turn goes on
-            arguments = [{} if refusal else dict(use.input or {}) for use, refusal in zip(uses, refusals)]
-            step += [Event.tool_call(use.name, args, call_id=use.id) for use, args in zip(uses, arguments)]
+            arguments = [
+                {} if refusal else dict(use.input or {}) for use, refusal in zip(uses, refusals)
+            ]
+            step += [
+                Event.tool_call(use.name, args, call_id=use.id)
+                for use, args in zip(uses, arguments)
+            ]
             for use, args, refusal in zip(uses, arguments, refusals):
                 if last_round:
                     output = ToolOutput(ROUND_LIMIT_MESSAGE, True)
                 else:
                     output = refusal or self._run_tool(tools, use)
-                step.append(Event.tool_result(use.id, output.text, name=use.name, is_error=output.is_error))
+                step.append(
+                    Event.tool_result(use.id, output.text, name=use.name, is_error=output.is_error)
+                )
                 records.append(ToolCallRecord(use.name, args, output.text, output.is_error))
             if step:
                 stored += self.memory.add(conversation_id, step)
@@ -131,11 +144,17 @@ class Agent:
             lambda: self._send(self._request(conversation_id, tools, last_round), tools),
         )
 
-    def _request(self, conversation_id: str, tools: dict[str, Tool], last_round: bool) -> dict[str, Any]:
+    def _request(
+        self, conversation_id: str, tools: dict[str, Tool], last_round: bool
+    ) -> dict[str, Any]:
         # cache breakpoints on (the default): the system prompt, the summary and the growing tail
         # are served from the prompt cache on the next call (``system`` is then a list of blocks)
         system, messages = self.memory.to_anthropic(conversation_id, self.system_prompt)
-        request: dict[str, Any] = {"model": self.model, "max_tokens": self.max_tokens, "messages": messages}
+        request: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "messages": messages,
+        }
         if system:
             request["system"] = system
         if tools:
@@ -156,7 +175,9 @@ class Agent:
         :data:`~chat_memory.safe_json.MAX_ARGUMENT_DEPTH` or holds a huge integer (checked
         without recursing); None for an input that can be run and stored."""
         if use.input is not None and not isinstance(use.input, dict):
-            return ToolOutput(f"Error: the tool input ({describe(use.input)}) must be an object.", True)
+            return ToolOutput(
+                f"Error: the tool input ({describe(use.input)}) must be an object.", True
+            )
         try:
             check(use.input or {}, "the tool input")
         except JSONLimitError as exc:
@@ -170,7 +191,8 @@ class Agent:
         tool = tools.get(use.name)
         if tool is None:
             return ToolOutput(
-                f"Error: there is no tool named {_short(use.name)!r}; available: {', '.join(tools) or 'none'}.", True
+                f"Error: there is no tool named {_short(use.name)!r}; available: {', '.join(tools) or 'none'}.",
+                True,
             )
         try:
             return tool.run(use.input)

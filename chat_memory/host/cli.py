@@ -19,7 +19,14 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from .. import ChatMemoryError, ConfigurationError, Event, EventType, InvalidInputError, MemoryConfig
+from .. import (
+    ChatMemoryError,
+    ConfigurationError,
+    Event,
+    EventType,
+    InvalidInputError,
+    MemoryConfig,
+)
 from ..backends import ENV_URL, default_url, redact_message
 from ..search import SearchQuery
 from ..strategies import strategy_names
@@ -29,8 +36,16 @@ from ..testing.scripted_model import LABEL as SCRIPTED_LABEL
 from ..tools import format_page, tool_page
 from . import cli_json
 from .cli_memory import add_memory_command, run_memory_command
+from .cli_session import (
+    DEFAULT_CONVERSATION,
+    DEFAULT_TEMPLATE,
+    LIMIT_FLAGS,
+    CommandError,
+    Session,
+    chat_user,
+    chosen_config,
+)
 from .cli_text import say, terminal_text
-from .cli_session import DEFAULT_CONVERSATION, DEFAULT_TEMPLATE, LIMIT_FLAGS, CommandError, Session, chat_user, chosen_config
 from .demo import run_demo
 from .nodes import default_registry
 from .workflow import load_template
@@ -58,14 +73,21 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, help_text: str, json_output: bool = False) -> argparse.ArgumentParser:
         sub = commands.add_parser(name, help=help_text, description=help_text, parents=[common])
         if json_output:
-            sub.add_argument("--json", action="store_true", help="print JSON for scripts (shapes: docs/cli.md)")
+            sub.add_argument(
+                "--json", action="store_true", help="print JSON for scripts (shapes: docs/cli.md)"
+            )
         return sub
 
-    scripted = {"action": "store_true", "help": "use the scripted stand-in model even with ANTHROPIC_API_KEY"}
-    command("demo", "run the five-facts conversation of the compacting-chat template end to end").add_argument(
-        "--scripted", **scripted
+    scripted = {
+        "action": "store_true",
+        "help": "use the scripted stand-in model even with ANTHROPIC_API_KEY",
+    }
+    command(
+        "demo", "run the five-facts conversation of the compacting-chat template end to end"
+    ).add_argument("--scripted", **scripted)
+    chat = command(
+        "chat", "chat interactively through the template (/quit or end of input to stop)"
     )
-    chat = command("chat", "chat interactively through the template (/quit or end of input to stop)")
     chat.add_argument("--scripted", **scripted)
     chat.add_argument(
         "--user",
@@ -73,17 +95,33 @@ def build_parser() -> argparse.ArgumentParser:
         help="the user id the trigger sends (userId); required by templates that keep memory per user, "
         "such as remembering-chat",
     )
-    listing = command("list", "list the stored conversation ids, sorted, a page at a time", json_output=True)
+    listing = command(
+        "list", "list the stored conversation ids, sorted, a page at a time", json_output=True
+    )
     listing.add_argument("--page", type=int, default=1, help="page number, 1 first (default 1)")
-    listing.add_argument("--page-size", type=int, default=LIST_PAGE_SIZE, help=f"ids per page (default {LIST_PAGE_SIZE})")
+    listing.add_argument(
+        "--page-size",
+        type=int,
+        default=LIST_PAGE_SIZE,
+        help=f"ids per page (default {LIST_PAGE_SIZE})",
+    )
     command("window", "show what the model sees now, with tokens per event", json_output=True)
     command("history", "show every stored event, archived ones included", json_output=True)
-    search = command("search", "search the whole conversation (literal, case-insensitive)", json_output=True)
+    search = command(
+        "search", "search the whole conversation (literal, case-insensitive)", json_output=True
+    )
     search.add_argument("keyword", help="text to look for")
-    search.add_argument("--page", type=int, default=1, help="page number, 1 first, as in the output (default 1)")
-    search.add_argument("--page-size", type=int, help="hits per page (default: the template's search page size)")
     search.add_argument(
-        "--mode", choices=["phrase", "all", "any"], default="phrase", help="match mode (default phrase)"
+        "--page", type=int, default=1, help="page number, 1 first, as in the output (default 1)"
+    )
+    search.add_argument(
+        "--page-size", type=int, help="hits per page (default: the template's search page size)"
+    )
+    search.add_argument(
+        "--mode",
+        choices=["phrase", "all", "any"],
+        default="phrase",
+        help="match mode (default phrase)",
     )
     compact = command(
         "compact",
@@ -91,19 +129,35 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compact.add_argument("--strategy", help=f"compaction strategy: {', '.join(strategy_names())}")
     for field, flag in LIMIT_FLAGS.items():
-        compact.add_argument(flag, dest=field, type=int, metavar="N", help=f"{field.replace('_', ' ')} for --strategy")
-    compact.add_argument("--summarizer-model", help="Claude model that writes summaries (summarizing strategies)")
+        compact.add_argument(
+            flag,
+            dest=field,
+            type=int,
+            metavar="N",
+            help=f"{field.replace('_', ' ')} for --strategy",
+        )
+    compact.add_argument(
+        "--summarizer-model", help="Claude model that writes summaries (summarizing strategies)"
+    )
     command("stats", "counts of the window and the archive", json_output=True)
     clear = command("clear", "delete one conversation (window, summary and archive): clear -c ID")
-    clear.add_argument("--yes", action="store_true", help="do not ask (required when not run from a terminal)")
+    clear.add_argument(
+        "--yes", action="store_true", help="do not ask (required when not run from a terminal)"
+    )
     nodes = command("nodes", "list the node definitions")
     nodes.add_argument("--json", action="store_true", help="print the definitions as JSON")
     templates = command(
-        "templates", "list the templates, print one (templates show NAME) or export one (templates export NAME --format langflow)"
+        "templates",
+        "list the templates, print one (templates show NAME) or export one (templates export NAME --format langflow)",
     )
     templates.add_argument("action", nargs="?", choices=["list", "show", "export"], default="list")
     templates.add_argument("name", nargs="?", help="template name (for show and export)")
-    templates.add_argument("--format", choices=["langflow"], default="langflow", help="export format (needs the langflow extra)")
+    templates.add_argument(
+        "--format",
+        choices=["langflow"],
+        default="langflow",
+        help="export format (needs the langflow extra)",
+    )
     add_memory_command(commands, common)
     return parser
 
@@ -136,12 +190,19 @@ class _IntermixedParser(argparse.ArgumentParser):
 def _common_options(top_level: bool) -> argparse.ArgumentParser:
     options = argparse.ArgumentParser(add_help=False)
     default: dict[str, Any] = {} if top_level else {"default": argparse.SUPPRESS}
-    options.add_argument("--url", help=f"store URL (default: ${ENV_URL}, else the embedded SQLite file)", **default)
     options.add_argument(
-        "-c", "--conversation", help=f"conversation id (default: {DEFAULT_CONVERSATION!r}; demo: a new one)", **default
+        "--url", help=f"store URL (default: ${ENV_URL}, else the embedded SQLite file)", **default
     )
     options.add_argument(
-        "--template", help=f"template whose memory settings apply (default: {DEFAULT_TEMPLATE})", **default
+        "-c",
+        "--conversation",
+        help=f"conversation id (default: {DEFAULT_CONVERSATION!r}; demo: a new one)",
+        **default,
+    )
+    options.add_argument(
+        "--template",
+        help=f"template whose memory settings apply (default: {DEFAULT_TEMPLATE})",
+        **default,
     )
     return options
 
@@ -227,12 +288,16 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _chat(args: argparse.Namespace) -> int:
-    user = chat_user(load_template(args.template or DEFAULT_TEMPLATE), args.user)  # exit 2, nothing written
+    user = chat_user(
+        load_template(args.template or DEFAULT_TEMPLATE), args.user
+    )  # exit 2, nothing written
     with Session(args, writes=True) as session:
         runner = session.runner(args.scripted)
         cid = session.conversation
         who = "" if user is None else f", user {user!r}"
-        say(f"chat-memory chat: conversation {cid!r}{who}, store {session.shown_url}; /quit or Ctrl-D to stop")
+        say(
+            f"chat-memory chat: conversation {cid!r}{who}, store {session.shown_url}; /quit or Ctrl-D to stop"
+        )
         if getattr(runner.client, "api_key", None) == SCRIPTED_API_KEY:
             say(f"model: {SCRIPTED_LABEL}")
         for line in sys.stdin:
@@ -254,7 +319,9 @@ def _list(args: argparse.Namespace) -> int:
         if args.json:
             say(cli_json.dumps(data))
             return 0
-        where = f"{session.shown_url}" + (" (the file does not exist yet)" if session.store is None else "")
+        where = f"{session.shown_url}" + (
+            " (the file does not exist yet)" if session.store is None else ""
+        )
         say(f"Conversations in {where}: {len(ids)} in all")
         for cid in shown:
             say(cid if cid.isprintable() else repr(cid))
@@ -275,10 +342,14 @@ def _window(args: argparse.Namespace) -> int:
         if args.json:
             say(cli_json.dumps(cli_json.window_json(cid, window, stats)))
             return 0
-        say(f"Window of {cid!r}: {len(window)} events, {stats.turns} turns, {stats.archived_events} archived")
+        say(
+            f"Window of {cid!r}: {len(window)} events, {stats.turns} turns, {stats.archived_events} archived"
+        )
         say(f"{'seq':>5}  {'type':<11} {'tokens':>6}  content")
         for event in window:
-            say(f"{event.seq or 0:>5}  {event.type.value:<11} {event.tokens or 0:>6}  {_one_line(event)}")
+            say(
+                f"{event.seq or 0:>5}  {event.type.value:<11} {event.tokens or 0:>6}  {_one_line(event)}"
+            )
         say(f"total tokens: {sum(e.tokens or 0 for e in window)}")
     return 0
 
@@ -292,7 +363,9 @@ def _history(args: argparse.Namespace) -> int:
             return 0
         say(f"History of {cid!r}: {len(events)} events, {sum(e.archived for e in events)} archived")
         for event in events:
-            say(f"{event.seq or 0:>5}  {cli_json.state(event):<8}  {event.type.value:<11}  {_one_line(event)}")
+            say(
+                f"{event.seq or 0:>5}  {cli_json.state(event):<8}  {event.type.value:<11}  {_one_line(event)}"
+            )
     return 0
 
 
@@ -300,11 +373,21 @@ def _search(args: argparse.Namespace) -> int:
     with Session(args, writes=False) as session:
         size = args.page_size
         if size is None:
-            size = session.template_config().search_page_size if session.store else MemoryConfig().search_page_size
-        query = SearchQuery.build(args.keyword, args.mode, tool_page(args.page), size)  # bad input first: exit 2
+            size = (
+                session.template_config().search_page_size
+                if session.store
+                else MemoryConfig().search_page_size
+            )
+        query = SearchQuery.build(
+            args.keyword, args.mode, tool_page(args.page), size
+        )  # bad input first: exit 2
         cid = session.require_conversation()
         page = session.reader().run_search(cid, query)
-        say(cli_json.dumps(cli_json.search_json(cid, query, page, args.keyword)) if args.json else format_page(page, query))
+        say(
+            cli_json.dumps(cli_json.search_json(cid, query, page, args.keyword))
+            if args.json
+            else format_page(page, query)
+        )
     return 0
 
 
@@ -312,11 +395,17 @@ def _compact(args: argparse.Namespace) -> int:
     config = chosen_config(args)  # refuse before touching the store
     with Session(args, writes=False) as session:
         cid = session.require_conversation()
-        memory = session.template_memory() if config is None else session.chosen_memory(config, args.summarizer_model)
+        memory = (
+            session.template_memory()
+            if config is None
+            else session.chosen_memory(config, args.summarizer_model)
+        )
         result = memory.compact(cid)
         if result.compacted:
             through = result.archived_through_seq
-            say(f"{result.strategy}: archived {result.archived_events} events (through seq {through})")
+            say(
+                f"{result.strategy}: archived {result.archived_events} events (through seq {through})"
+            )
         else:
             say(f"{result.strategy}: nothing to compact")
     return 0
@@ -338,7 +427,9 @@ def _stats(args: argparse.Namespace) -> int:
 
 def _clear(args: argparse.Namespace) -> int:
     if args.conversation is None:
-        raise CommandError("clear needs the conversation to delete: clear -c ID (see: chat-memory list)", 2)
+        raise CommandError(
+            "clear needs the conversation to delete: clear -c ID (see: chat-memory list)", 2
+        )
     with Session(args, writes=False) as session:
         cid = session.require_conversation()
         memory = session.reader()
@@ -346,7 +437,9 @@ def _clear(args: argparse.Namespace) -> int:
         what = f"conversation {cid!r} ({stats.active_events} active and {stats.archived_events} archived events)"
         if not args.yes:
             if not sys.stdin.isatty():
-                raise CommandError(f"clear would delete {what}; pass --yes to confirm (no terminal to ask)", 2)
+                raise CommandError(
+                    f"clear would delete {what}; pass --yes to confirm (no terminal to ask)", 2
+                )
             answer = input(terminal_text(f"Delete {what} from {session.shown_url}? [y/N] "))
             if answer.strip().lower() not in ("y", "yes"):
                 say("Nothing deleted.")
@@ -369,12 +462,16 @@ def _nodes(args: argparse.Namespace) -> int:
 
 def _templates(args: argparse.Namespace) -> int:
     if args.action in ("show", "export") and not args.name:
-        raise ConfigurationError(f"templates {args.action} needs a template name; see: chat-memory templates")
+        raise ConfigurationError(
+            f"templates {args.action} needs a template name; see: chat-memory templates"
+        )
     if args.action == "show":
         say(cli_json.dumps(template_source(args.name)))
         return 0
     if args.action == "export":
-        from ..integrations.langflow.export import export_langflow  # needs lfx: chat-memory[langflow]
+        from ..integrations.langflow.export import (
+            export_langflow,
+        )  # needs lfx: chat-memory[langflow]
 
         say(cli_json.dumps(export_langflow(args.name)))
         return 0

@@ -6,12 +6,19 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .. import Event, EventType
-from .. import MemoryStats
+from .. import Event, EventType, MemoryStats
 from ..search import SearchPage, SearchQuery
 from .cli_text import json_text
 
-STATS_FIELDS = ("active_events", "archived_events", "archived_summaries", "turns", "window_tokens", "version", "last_compaction_error")
+STATS_FIELDS = (
+    "active_events",
+    "archived_events",
+    "archived_summaries",
+    "turns",
+    "window_tokens",
+    "version",
+    "last_compaction_error",
+)
 
 
 def dumps(value: Any) -> str:
@@ -87,10 +94,16 @@ def search_json(cid: str, query: SearchQuery, page: SearchPage, keyword: str) ->
 
 
 def stats_json(cid: str, shown_url: str, stats: MemoryStats) -> dict[str, Any]:
-    return {"conversation": cid, "store": shown_url, **{name: getattr(stats, name) for name in STATS_FIELDS}}
+    return {
+        "conversation": cid,
+        "store": shown_url,
+        **{name: getattr(stats, name) for name in STATS_FIELDS},
+    }
 
 
-def list_json(shown_url: str, ids: list[str], page: int, page_size: int, total: int) -> dict[str, Any]:
+def list_json(
+    shown_url: str, ids: list[str], page: int, page_size: int, total: int
+) -> dict[str, Any]:
     return {
         "store": shown_url,
         "total": total,

@@ -11,14 +11,27 @@ from .cli_session import CommandError, Session
 from .cli_text import say, terminal_text
 
 
-def add_memory_command(commands: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def add_memory_command(
+    commands: argparse._SubParsersAction, common: argparse.ArgumentParser
+) -> None:
     """Register the ``memory`` sub-command."""
     text = "long-term memory files of a namespace: memory list|show|delete --namespace NS [PATH]"
     sub = commands.add_parser("memory", help=text, description=text, parents=[common])
     sub.add_argument("action", choices=["list", "show", "delete", "versions"])
-    sub.add_argument("path", nargs="?", help=f"a path under {ROOT} (show, delete, versions; list: a directory)")
-    sub.add_argument("--namespace", "-n", required=True, help="whose memory (e.g. the user id the agent was given)")
-    sub.add_argument("--yes", action="store_true", help="delete without asking (required when not run from a terminal)")
+    sub.add_argument(
+        "path", nargs="?", help=f"a path under {ROOT} (show, delete, versions; list: a directory)"
+    )
+    sub.add_argument(
+        "--namespace",
+        "-n",
+        required=True,
+        help="whose memory (e.g. the user id the agent was given)",
+    )
+    sub.add_argument(
+        "--yes",
+        action="store_true",
+        help="delete without asking (required when not run from a terminal)",
+    )
 
 
 def run_memory_command(args: argparse.Namespace) -> int:
@@ -26,11 +39,17 @@ def run_memory_command(args: argparse.Namespace) -> int:
     writes = args.action == "delete"
     with Session(args, writes=writes) as session:
         if session.store is None:
-            raise CommandError(f"the store {session.shown_url} does not exist yet: no memory is stored there", 1)
+            raise CommandError(
+                f"the store {session.shown_url} does not exist yet: no memory is stored there", 1
+            )
         files = long_term_memory(session.store, args.namespace)
         if args.action == "list":
             under = args.path or ROOT
-            entries = [e for e in files.files() if e.path == under or e.path.startswith(under.rstrip("/") + "/")]
+            entries = [
+                e
+                for e in files.files()
+                if e.path == under or e.path.startswith(under.rstrip("/") + "/")
+            ]
             if not entries:
                 say(f"No memory files in namespace {args.namespace!r} under {under}.")
                 return 0
@@ -44,13 +63,19 @@ def run_memory_command(args: argparse.Namespace) -> int:
             return 0
         if args.action == "versions":
             for version in files.versions(args.path):
-                what = "deleted" if version.content is None else f"{len(version.content.encode('utf-8'))} bytes"
+                what = (
+                    "deleted"
+                    if version.content is None
+                    else f"{len(version.content.encode('utf-8'))} bytes"
+                )
                 say(f"rev {version.revision:<6} {version.created_at:%Y-%m-%d %H:%M:%S} UTC  {what}")
             return 0
         what = f"{args.path} of namespace {args.namespace!r}"
         if not args.yes:
             if not sys.stdin.isatty():
-                raise CommandError(f"delete would remove {what}; pass --yes to confirm (no terminal to ask)", 2)
+                raise CommandError(
+                    f"delete would remove {what}; pass --yes to confirm (no terminal to ask)", 2
+                )
             if input(terminal_text(f"Delete {what}? [y/N] ")).strip().lower() not in ("y", "yes"):
                 say("Nothing deleted.")
                 return 1

@@ -14,10 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from .. import AnthropicSummarizer, ChatMemory, ConfigurationError, MemoryConfig, Store, open_store
-from ..backends import ENV_URL, check_conversation_id, default_url, prepare_sqlite_file
-from ..backends import redact_url
-from ..strategies import strategy_class, strategy_names
+from ..backends import ENV_URL, check_conversation_id, default_url, prepare_sqlite_file, redact_url
 from ..components.definitions import TRIGGER
+from ..strategies import strategy_class, strategy_names
 from .expressions import references
 from .runtime import ChatWorkflow
 from .workflow import Workflow, load_template
@@ -54,7 +53,9 @@ class Session:
         self.url: str = args.url or default_url()
         #: the URL as shown in headers and messages (credentials masked)
         self.shown_url = redact_url(self.url)
-        self.url_source = "--url" if args.url else (ENV_URL if os.environ.get(ENV_URL, "").strip() else None)
+        self.url_source = (
+            "--url" if args.url else (ENV_URL if os.environ.get(ENV_URL, "").strip() else None)
+        )
         self.embedded = self.url_source is None
         self.given_conversation: str | None = args.conversation
         self.conversation = DEFAULT_CONVERSATION if args.conversation is None else args.conversation
@@ -71,7 +72,10 @@ class Session:
     def open_store(self) -> Store:
         """The store; raises the "does not exist" error when reading a missing SQLite file."""
         if self.store is None:
-            raise CommandError(f"the store {self.shown_url} does not exist yet (nothing is stored there); {self._hint()}", 1)
+            raise CommandError(
+                f"the store {self.shown_url} does not exist yet (nothing is stored there); {self._hint()}",
+                1,
+            )
         return self.store
 
     def require_conversation(self) -> str:
@@ -81,25 +85,37 @@ class Session:
         cid = check_conversation_id(self.conversation)
         if self.store is None:
             raise CommandError(
-                f"unknown conversation {cid!r}: the store {self.shown_url} does not exist yet; {self._hint()}", 1
+                f"unknown conversation {cid!r}: the store {self.shown_url} does not exist yet; {self._hint()}",
+                1,
             )
         # Every write bumps the version, so 0 means "never written or cleared": one read.
         if self.store.load(cid).version == 0:
-            raise CommandError(f"unknown conversation {cid!r} in {self.shown_url}; see: chat-memory list", 1)
+            raise CommandError(
+                f"unknown conversation {cid!r} in {self.shown_url}; see: chat-memory list", 1
+            )
         return cid
 
     def template_config(self) -> MemoryConfig:
         """The memory settings of the template's Chat Memory node."""
-        return ChatWorkflow(self.workflow, client=None, store=self.open_store()).memory_settings(self.conversation).config
+        return (
+            ChatWorkflow(self.workflow, client=None, store=self.open_store())
+            .memory_settings(self.conversation)
+            .config
+        )
 
     def reader(self) -> ChatMemory:
         """A memory for reading: no strategy applies (reads never compact), the template's
         search page size does."""
-        return ChatMemory(self.open_store(), MemoryConfig(search_page_size=self.template_config().search_page_size))
+        return ChatMemory(
+            self.open_store(),
+            MemoryConfig(search_page_size=self.template_config().search_page_size),
+        )
 
     def template_memory(self) -> ChatMemory:
         """The memory exactly as the template's agent uses it (strategy and summarizer included)."""
-        return ChatWorkflow(self.workflow, client=None, store=self.open_store()).memory(self.conversation)
+        return ChatWorkflow(self.workflow, client=None, store=self.open_store()).memory(
+            self.conversation
+        )
 
     def chosen_memory(self, config: MemoryConfig, summarizer_model: str | None) -> ChatMemory:
         """A memory with the config :func:`chosen_config` built (and a Claude summarizer when
@@ -130,10 +146,14 @@ class Session:
                 if self.embedded
                 else "pass a --url in a folder that can be created"
             )
-            raise ConfigurationError(f"the data folder {folder} cannot be created ({reason}); {where}") from None
+            raise ConfigurationError(
+                f"the data folder {folder} cannot be created ({reason}); {where}"
+            ) from None
 
     def _hint(self) -> str:
-        return "chat-memory demo or chat creates it" if self.embedded else f"check {self.url_source}"
+        return (
+            "chat-memory demo or chat creates it" if self.embedded else f"check {self.url_source}"
+        )
 
     def __enter__(self) -> Session:
         return self
@@ -146,10 +166,14 @@ class Session:
 def chosen_config(args: argparse.Namespace) -> MemoryConfig | None:
     """The config ``compact --strategy`` names, or None for ``--template``; neither is refused:
     an operator command never applies a strategy the operator did not choose."""
-    given = {field: getattr(args, field) for field in LIMIT_FLAGS if getattr(args, field) is not None}
+    given = {
+        field: getattr(args, field) for field in LIMIT_FLAGS if getattr(args, field) is not None
+    }
     if args.strategy is None:
         if given or args.summarizer_model:
-            flags = [LIMIT_FLAGS[f] for f in given] + (["--summarizer-model"] if args.summarizer_model else [])
+            flags = [LIMIT_FLAGS[f] for f in given] + (
+                ["--summarizer-model"] if args.summarizer_model else []
+            )
             raise CommandError(f"{', '.join(flags)} needs --strategy NAME", 2)
         if args.template is None:
             raise CommandError(
@@ -166,12 +190,18 @@ def chosen_config(args: argparse.Namespace) -> MemoryConfig | None:
     unused = [LIMIT_FLAGS[field] for field in given if field not in uses]
     if unused:
         needs = ", ".join(LIMIT_FLAGS[f] for f in uses) or "no limits"
-        raise CommandError(f"{', '.join(unused)} does not apply to {strategy.name} (it uses: {needs})", 2)
+        raise CommandError(
+            f"{', '.join(unused)} does not apply to {strategy.name} (it uses: {needs})", 2
+        )
     missing = [LIMIT_FLAGS[f] for f in uses if f not in given and f not in _OPTIONAL_LIMITS]
     if missing:
-        raise CommandError(f"compact --strategy {strategy.name} needs {' and '.join(f'{m} N' for m in missing)}", 2)
+        raise CommandError(
+            f"compact --strategy {strategy.name} needs {' and '.join(f'{m} N' for m in missing)}", 2
+        )
     if strategy.summarizes and not args.summarizer_model:
-        raise CommandError(f"compact --strategy {strategy.name} needs --summarizer-model NAME (a Claude model)", 2)
+        raise CommandError(
+            f"compact --strategy {strategy.name} needs --summarizer-model NAME (a Claude model)", 2
+        )
     # a one-off compaction to the limits the operator typed; compact_to_ratio's hysteresis is
     # for conversations compacting as they run (docs/prompt-caching.md)
     ratio = {"compact_to_ratio": 1.0} if "compact_to_ratio" in strategy.settings else {}
@@ -217,6 +247,10 @@ def _sqlite_file(url: str) -> Path | None:
     except ArgumentError:
         return None  # open_store names the problem
     database = parsed.database or ""
-    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:") or database.startswith("file:"):
+    if (
+        parsed.get_backend_name() != "sqlite"
+        or database in ("", ":memory:")
+        or database.startswith("file:")
+    ):
         return None
     return Path(database).expanduser()

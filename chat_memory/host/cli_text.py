@@ -45,7 +45,9 @@ def json_text(text: str) -> str:
     return _UNSAFE_IN_JSON.sub(lambda match: f"\\u{ord(match.group()):04x}", text)
 
 
-def say(*values: Any, sep: str = " ", end: str = "\n", file: TextIO | None = None, flush: bool = False) -> None:
+def say(
+    *values: Any, sep: str = " ", end: str = "\n", file: TextIO | None = None, flush: bool = False
+) -> None:
     """``print`` for the command line: the same arguments, the text made terminal-safe."""
     text = sep.join(str(value) for value in values)
     print(terminal_text(text), end=terminal_text(end), file=file or sys.stdout, flush=flush)

@@ -30,7 +30,9 @@ def _short(text: str, width: int = 160) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
-def run_demo(runner: ChatWorkflow, store_url: str, conversation_id: str, out: Callable[[str], None] = print) -> int:
+def run_demo(
+    runner: ChatWorkflow, store_url: str, conversation_id: str, out: Callable[[str], None] = print
+) -> int:
     """Run the demo conversation, print it with the window and archive after each turn, and
     return 0 when the agent searched and found the first fact (1 otherwise)."""
 
@@ -61,31 +63,44 @@ def run_demo(runner: ChatWorkflow, store_url: str, conversation_id: str, out: Ca
                 searches.append((json.dumps(call.arguments, ensure_ascii=False), call.result))
         out(f"    assistant: {_short(run.reply, 400)}")
         stats = memory.stats(conversation_id)
-        out(f"    (window: {stats.active_events} events in {stats.turns} turns; archived: {stats.archived_events})")
+        out(
+            f"    (window: {stats.active_events} events in {stats.turns} turns; archived: {stats.archived_events})"
+        )
     return _report(runner, conversation_id, searches, out)
 
 
 def _report(
-    runner: ChatWorkflow, conversation_id: str, searches: list[tuple[str, str]], out: Callable[[str], None]
+    runner: ChatWorkflow,
+    conversation_id: str,
+    searches: list[tuple[str, str]],
+    out: Callable[[str], None],
 ) -> int:
     memory = runner.memory(conversation_id)
     stats = memory.stats(conversation_id)
     found = any(FIRST_FACT_KEYWORD.lower() in result.lower() for _, result in searches)
     out("")
     out("Result:")
-    out(f"  window size:      {stats.active_events} events in {stats.turns} turns, {stats.window_tokens} tokens")
+    out(
+        f"  window size:      {stats.active_events} events in {stats.turns} turns, {stats.window_tokens} tokens"
+    )
     out(f"  archived events:  {stats.archived_events} (still stored and searchable)")
     in_window = any(
         FIRST_FACT_KEYWORD.lower() in e.text().lower()
         for e in memory.window(conversation_id)
         if e.type is EventType.USER
     )
-    out(f"  first fact still in the window: {'yes' if in_window else 'no (archived by the turn window)'}")
+    out(
+        f"  first fact still in the window: {'yes' if in_window else 'no (archived by the turn window)'}"
+    )
     if searches:
-        out(f"  search happened:  yes, conversation_search {', '.join(args for args, _ in searches)}")
+        out(
+            f"  search happened:  yes, conversation_search {', '.join(args for args, _ in searches)}"
+        )
     else:
         out("  search happened:  no")
     out(f"  found the first fact ({FIRST_FACT_KEYWORD}): {'yes' if found else 'no'}")
     out("")
-    out(f"Look inside: chat-memory window -c {conversation_id}   (also: history, search {FIRST_FACT_KEYWORD}, stats)")
+    out(
+        f"Look inside: chat-memory window -c {conversation_id}   (also: history, search {FIRST_FACT_KEYWORD}, stats)"
+    )
     return 0 if found else 1

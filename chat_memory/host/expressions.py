@@ -32,7 +32,9 @@ def _spans(text: str) -> list[tuple[int, int, Reference]]:
     while at >= 0:
         end = text.find("}", at)
         if end < 0:
-            raise ConfigurationError(f"expression in {text!r} is not closed: '${{' without a matching '}}'")
+            raise ConfigurationError(
+                f"expression in {text!r} is not closed: '${{' without a matching '}}'"
+            )
         inner = text[at + 2 : end].strip()
         if not _PATH.match(inner):
             raise ConfigurationError(
@@ -80,6 +82,8 @@ def _lookup(ref: Reference, outputs: Mapping[str, Mapping[str, Any]]) -> Any:
     current: Any = outputs[ref.node]
     for part in ref.path:
         if not isinstance(current, Mapping) or part not in current:
-            raise ConfigurationError(f"{ref}: node {ref.node!r} has no output {'.'.join(ref.path)!r}")
+            raise ConfigurationError(
+                f"{ref}: node {ref.node!r} has no output {'.'.join(ref.path)!r}"
+            )
         current = current[part]
     return current

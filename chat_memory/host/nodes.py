@@ -6,12 +6,21 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from ..components import ClusterSlot, FieldSpec, NodeDefinition, NodeRegistry, memory_definitions
+from ..components import (
+    TOOL,
+    ClusterSlot,
+    FieldSpec,
+    NodeDefinition,
+    NodeRegistry,
+    auto_memory_tool_node,
+    memory_definitions,
+)
 from ..components.definitions import ACTION, AGENT, MEMORY, MODEL, TRIGGER
-from ..components import TOOL, auto_memory_tool_node
 
 
-def _field(name: str, schema: dict[str, Any], label: str, description: str, order: int, **hints: Any) -> FieldSpec:
+def _field(
+    name: str, schema: dict[str, Any], label: str, description: str, order: int, **hints: Any
+) -> FieldSpec:
     return FieldSpec(name, schema, label, description, order, **hints)
 
 
@@ -95,7 +104,15 @@ REPLY = NodeDefinition(
     "Sends the answer back to the chat.",
     ACTION,
     fields=(
-        _field("text", {"type": "string"}, "Text", "What to send.", 1, required=True, placeholder="${agent_1.text}"),
+        _field(
+            "text",
+            {"type": "string"},
+            "Text",
+            "What to send.",
+            1,
+            required=True,
+            placeholder="${agent_1.text}",
+        ),
     ),
     outputs=("text",),
 )

@@ -8,9 +8,13 @@ from typing import Any
 
 from .. import AnthropicSummarizer, ChatMemory, ConfigurationError, InvalidInputError, Store
 from ..backends import check_conversation_id, open_store
-from ..components import MemoryNodeSettings, memory_settings
+from ..components import (
+    SAME_AS_CHAT_MEMORY,
+    MemoryNodeSettings,
+    memory_settings,
+    memory_tool_store_target,
+)
 from ..components.definitions import ACTION, AGENT, TRIGGER
-from ..components import SAME_AS_CHAT_MEMORY, memory_tool_store_target
 from ..longterm import MemoryLimits, MemoryTool, long_term_memory
 from .agent import Agent, TurnResult
 from .expressions import resolve
@@ -31,7 +35,9 @@ def anthropic_client() -> Any:
     try:
         import anthropic
     except ModuleNotFoundError as exc:
-        raise ConfigurationError("the anthropic driver is missing; pip install 'chat-memory[anthropic]'") from exc
+        raise ConfigurationError(
+            "the anthropic driver is missing; pip install 'chat-memory[anthropic]'"
+        ) from exc
     return anthropic.Anthropic()
 
 
@@ -55,7 +61,9 @@ class ChatWorkflow:
         self.trigger, self.agent_node = triggers[0], agents[0]
         memory_node = self.agent_node.element("memory")
         if memory_node is None:
-            raise WorkflowError(f"node {self.agent_node.name!r} needs a Chat Memory sub-node in its 'memory' slot")
+            raise WorkflowError(
+                f"node {self.agent_node.name!r} needs a Chat Memory sub-node in its 'memory' slot"
+            )
         self.memory_node: WorkflowNode = memory_node
         self._client = client
         self._store_override = store
@@ -73,7 +81,11 @@ class ChatWorkflow:
         trigger's ``userId`` output (what an Auto Memory Tool's namespace usually names)."""
         check_conversation_id(conversation_id)
         outputs: dict[str, dict[str, Any]] = {
-            self.trigger.name: {"conversationId": conversation_id, "message": message, "userId": user_id or ""}
+            self.trigger.name: {
+                "conversationId": conversation_id,
+                "message": message,
+                "userId": user_id or "",
+            }
         }
         turn: TurnResult | None = None
         for node in self.workflow.order():
@@ -84,13 +96,17 @@ class ChatWorkflow:
                 outputs[node.name] = {
                     "text": turn.text,
                     "conversationId": turn.conversation_id,
-                    "toolCalls": [{"name": c.name, "arguments": c.arguments} for c in turn.tool_calls],
+                    "toolCalls": [
+                        {"name": c.name, "arguments": c.arguments} for c in turn.tool_calls
+                    ],
                 }
             elif node.definition.kind == ACTION:
                 params = node.definition.check_parameters(_resolved(node, outputs))
                 outputs[node.name] = {"text": str(params.get("text", ""))}
         assert turn is not None
-        replies = [outputs[n.name]["text"] for n in self.workflow.of_kind(ACTION) if n.name in outputs]
+        replies = [
+            outputs[n.name]["text"] for n in self.workflow.of_kind(ACTION) if n.name in outputs
+        ]
         return ChatRun(replies[-1] if replies else turn.text, turn, outputs)
 
     def memory_settings(self, conversation_id: str) -> MemoryNodeSettings:
@@ -156,7 +172,9 @@ class ChatWorkflow:
                 if key not in self._stores:
                     self._stores[key] = open_store(url, **options)
                 store = self._stores[key]
-            limits = MemoryLimits(max_file_bytes=params["maxFileBytes"], max_files=params["maxFiles"])
+            limits = MemoryLimits(
+                max_file_bytes=params["maxFileBytes"], max_files=params["maxFiles"]
+            )
             return [MemoryTool(long_term_memory(store, namespace, limits=limits))]
         except ConfigurationError as exc:
             raise WorkflowError(f"node {node.name!r} ({node.type}): {exc}") from None
@@ -165,14 +183,20 @@ class ChatWorkflow:
         node = self.memory_node
         summarizer = node.element("summarizerModel")
         if summarizer is not None:
-            summarizer = WorkflowNode(summarizer.name, summarizer.definition, _resolved(summarizer, outputs))
+            summarizer = WorkflowNode(
+                summarizer.name, summarizer.definition, _resolved(summarizer, outputs)
+            )
         try:
-            settings = memory_settings(node.definition, _resolved(node, outputs), model_name(summarizer))
+            settings = memory_settings(
+                node.definition, _resolved(node, outputs), model_name(summarizer)
+            )
             check_conversation_id(settings.conversation_id)
         except ConfigurationError as exc:
             raise WorkflowError(f"node {node.name!r} ({node.type}): {exc}") from None
         except InvalidInputError as exc:
-            raise WorkflowError(f"node {node.name!r} ({node.type}): Conversation ID: {exc}") from None
+            raise WorkflowError(
+                f"node {node.name!r} ({node.type}): Conversation ID: {exc}"
+            ) from None
         return settings
 
     def _memory(self, settings: MemoryNodeSettings) -> ChatMemory:

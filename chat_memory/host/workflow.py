@@ -9,9 +9,9 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import ConfigurationError
 from ..components import NodeDefinition, NodeRegistry, memory_settings
 from ..components.definitions import MEMORY, MODEL, is_expression
-from .. import ConfigurationError
 from ..safe_json import MAX_DOCUMENT_DEPTH, JSONLimitError, check, loads
 from ..templates import template_source
 from .expressions import references
@@ -89,7 +89,9 @@ class Workflow:
         return [self.nodes[position[name]] for name in done]
 
 
-def import_workflow(data: Mapping[str, Any] | str, registry: NodeRegistry | None = None) -> Workflow:
+def import_workflow(
+    data: Mapping[str, Any] | str, registry: NodeRegistry | None = None
+) -> Workflow:
     """Parse and validate a workflow (a dict or JSON text). Raises :class:`WorkflowError`,
     also for a workflow nested more than :data:`~chat_memory.safe_json.MAX_DOCUMENT_DEPTH`
     levels deep or holding an integer of more than
@@ -106,12 +108,17 @@ def import_workflow(data: Mapping[str, Any] | str, registry: NodeRegistry | None
         raise WorkflowError(f"workflow ({type(data).__name__}) must be a JSON object")
     version = data.get("formatVersion", FORMAT_VERSION)
     if version != FORMAT_VERSION:
-        raise WorkflowError(f"formatVersion ({version!r}) is not supported; this version reads {FORMAT_VERSION}")
+        raise WorkflowError(
+            f"formatVersion ({version!r}) is not supported; this version reads {FORMAT_VERSION}"
+        )
     raw_nodes = data.get("nodes")
     if not isinstance(raw_nodes, list) or not raw_nodes:
         raise WorkflowError(f"nodes ({raw_nodes!r}) must be a non-empty list")
     seen: set[str] = set()
-    nodes = tuple(_node(raw, registry, seen, parent=None, where=f"nodes[{i}]") for i, raw in enumerate(raw_nodes))
+    nodes = tuple(
+        _node(raw, registry, seen, parent=None, where=f"nodes[{i}]")
+        for i, raw in enumerate(raw_nodes)
+    )
     workflow = Workflow(
         name=str(data.get("name") or "workflow"),
         title=str(data.get("title") or data.get("name") or "Workflow"),
@@ -125,12 +132,16 @@ def import_workflow(data: Mapping[str, Any] | str, registry: NodeRegistry | None
     return workflow
 
 
-def _node(raw: Any, registry: NodeRegistry, seen: set[str], parent: str | None, where: str) -> WorkflowNode:
+def _node(
+    raw: Any, registry: NodeRegistry, seen: set[str], parent: str | None, where: str
+) -> WorkflowNode:
     if not isinstance(raw, Mapping):
         raise WorkflowError(f"{where} ({raw!r}) must be an object with name, type and parameters")
     name = raw.get("name")
     if not isinstance(name, str) or not _NODE_NAME.match(name):
-        raise WorkflowError(f"{where}: node name ({name!r}) must be letters, digits and _ (e.g. chat_1)")
+        raise WorkflowError(
+            f"{where}: node name ({name!r}) must be letters, digits and _ (e.g. chat_1)"
+        )
     if name in seen:
         raise WorkflowError(f"node {name!r} is defined twice")
     seen.add(name)
@@ -141,13 +152,19 @@ def _node(raw: Any, registry: NodeRegistry, seen: set[str], parent: str | None, 
     children: dict[str, WorkflowNode] = {}
     raw_children = raw.get("clusterElements") or {}
     if not isinstance(raw_children, Mapping):
-        raise WorkflowError(f"node {name!r}: clusterElements ({raw_children!r}) must be an object of slot: node")
+        raise WorkflowError(
+            f"node {name!r}: clusterElements ({raw_children!r}) must be an object of slot: node"
+        )
     for slot_name, raw_child in raw_children.items():
         slot = definition.slot(slot_name)
         if slot is None:
             slots = ", ".join(s.name for s in definition.cluster_elements) or "none"
-            raise WorkflowError(f"node {name!r} ({definition.type}) has no sub-node slot {slot_name!r}; slots: {slots}")
-        child = _node(raw_child, registry, seen, parent=name, where=f"{name}.clusterElements.{slot_name}")
+            raise WorkflowError(
+                f"node {name!r} ({definition.type}) has no sub-node slot {slot_name!r}; slots: {slots}"
+            )
+        child = _node(
+            raw_child, registry, seen, parent=name, where=f"{name}.clusterElements.{slot_name}"
+        )
         if child.definition.kind not in slot.accepts:
             raise WorkflowError(
                 f"node {name!r}: slot {slot_name!r} takes a {' or '.join(slot.accepts)} node, not {child.type}"
@@ -155,7 +172,9 @@ def _node(raw: Any, registry: NodeRegistry, seen: set[str], parent: str | None, 
         children[slot_name] = child
     for slot in definition.cluster_elements:
         if slot.required and slot.name not in children:
-            raise WorkflowError(f"node {name!r} ({definition.type}) needs a sub-node in its {slot.name!r} slot")
+            raise WorkflowError(
+                f"node {name!r} ({definition.type}) needs a sub-node in its {slot.name!r} slot"
+            )
     parameters = raw.get("parameters") or {}
     try:
         if definition.kind == MEMORY:
@@ -184,7 +203,9 @@ def _edges(raw: Any, names: set[str]) -> tuple[tuple[str, str], ...]:
             raise WorkflowError(f"edges[{i}] ({edge!r}) must be an object with from and to")
         for end in ("from", "to"):
             if not isinstance(edge.get(end), str) or edge.get(end) not in names:
-                raise WorkflowError(f"edges[{i}].{end} ({edge.get(end)!r}) is not a top-level node of this workflow")
+                raise WorkflowError(
+                    f"edges[{i}].{end} ({edge.get(end)!r}) is not a top-level node of this workflow"
+                )
         edges.append((edge["from"], edge["to"]))
     return tuple(edges)
 
@@ -204,7 +225,9 @@ def _check_references(workflow: Workflow) -> None:
                         f"node {node.name!r}, field {key!r}: {ref} refers to a missing node {ref.node!r}"
                     )
                 if target is node:
-                    raise WorkflowError(f"node {node.name!r}, field {key!r}: {ref} refers to the node itself")
+                    raise WorkflowError(
+                        f"node {node.name!r}, field {key!r}: {ref} refers to the node itself"
+                    )
                 if ref.path[0] not in target.definition.outputs:
                     outputs = ", ".join(target.definition.outputs) or "none"
                     raise WorkflowError(

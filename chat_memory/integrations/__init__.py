@@ -12,4 +12,6 @@ from ..errors import ConfigurationError
 
 def missing_extra(package: str, extra: str) -> ConfigurationError:
     """The error for an adapter whose framework is not installed, naming the extra."""
-    return ConfigurationError(f"{package} is not installed; install it with: pip install 'chat-memory[{extra}]'")
+    return ConfigurationError(
+        f"{package} is not installed; install it with: pip install 'chat-memory[{extra}]'"
+    )

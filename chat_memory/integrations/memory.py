@@ -10,7 +10,7 @@ a loop inside one)."""
 
 from __future__ import annotations
 
-from typing import TypeVar, Union
+from typing import TypeVar
 
 from ..aio import AsyncChatMemory
 from ..engine import ChatMemory
@@ -19,13 +19,15 @@ from ..steps import Steps, arun_memory, run
 
 T = TypeVar("T")
 #: What every adapter accepts as its memory.
-AnyMemory = Union[ChatMemory, AsyncChatMemory]
+AnyMemory = ChatMemory | AsyncChatMemory
 
 
 def check_memory(memory: AnyMemory, where: str) -> AnyMemory:
     """``memory`` when it is a ChatMemory or an AsyncChatMemory; a ConfigurationError naming it otherwise."""
     if not isinstance(memory, (ChatMemory, AsyncChatMemory)):
-        raise ConfigurationError(f"{where}: memory ({memory!r}) must be a ChatMemory or an AsyncChatMemory")
+        raise ConfigurationError(
+            f"{where}: memory ({memory!r}) must be a ChatMemory or an AsyncChatMemory"
+        )
     return memory
 
 

@@ -13,12 +13,17 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
-from . import missing_extra
 from ..backends.base import check_conversation_id
 from ..errors import ChatMemoryError, ConfigurationError
 from ..events import Event
 from ..steps import Steps, call
-from ..tools import AsyncConversationSearchTool, AsyncFetchToolResultTool, ConversationSearchTool, FetchToolResultTool
+from ..tools import (
+    AsyncConversationSearchTool,
+    AsyncFetchToolResultTool,
+    ConversationSearchTool,
+    FetchToolResultTool,
+)
+from . import missing_extra
 from .memory import AnyMemory, arun_memory, check_memory, run_sync
 from .openai_items import (
     ERROR_PREFIX,
@@ -48,9 +53,25 @@ except ImportError:  # pragma: no cover - exercised by the architecture test's s
 T = TypeVar("T")
 
 __all__ = [
-    "ERROR_PREFIX", "FAKE_ID", "ITEM_KEY", "MODELLED_TYPES", "OPAQUE_TEXT_CHARS", "OPAQUE_TEXT_FIELDS", "SETTINGS_KEYS",
-    "ChatMemorySession", "Item", "UnsupportedOperationError", "event_from_item", "events_from_items", "fetch_tool",
-    "function_tool", "items_from_window", "newest", "opaque_event", "search_tool", "session_settings_of",
+    "ERROR_PREFIX",
+    "FAKE_ID",
+    "ITEM_KEY",
+    "MODELLED_TYPES",
+    "OPAQUE_TEXT_CHARS",
+    "OPAQUE_TEXT_FIELDS",
+    "SETTINGS_KEYS",
+    "ChatMemorySession",
+    "Item",
+    "UnsupportedOperationError",
+    "event_from_item",
+    "events_from_items",
+    "fetch_tool",
+    "function_tool",
+    "items_from_window",
+    "newest",
+    "opaque_event",
+    "search_tool",
+    "session_settings_of",
 ]
 
 
@@ -63,7 +84,9 @@ class UnsupportedOperationError(ChatMemoryError, NotImplementedError):
 SETTINGS_KEYS = tuple(f.name for f in dataclasses.fields(SessionSettings))
 
 
-def session_settings_of(value: SessionSettings | Mapping[str, Any] | None) -> SessionSettings | None:
+def session_settings_of(
+    value: SessionSettings | Mapping[str, Any] | None,
+) -> SessionSettings | None:
     """``value`` as the SDK's ``SessionSettings``, normalised as the SDK normalises its own (a
     dict becomes ``SessionSettings(**value)``, so ``Runner.run`` can ``resolve`` it). An
     unknown key, a value of the wrong type or a negative ``limit`` is a
@@ -80,12 +103,18 @@ def session_settings_of(value: SessionSettings | Mapping[str, Any] | None) -> Se
         try:
             settings = coerce_session_settings(dict(value))
         except (TypeError, ValueError) as exc:
-            raise ConfigurationError(f"session_settings ({dict(value)!r}) is not valid: {exc}") from None
+            raise ConfigurationError(
+                f"session_settings ({dict(value)!r}) is not valid: {exc}"
+            ) from None
     else:
-        raise ConfigurationError(f"session_settings ({value!r}) must be a SessionSettings, a dict or None")
+        raise ConfigurationError(
+            f"session_settings ({value!r}) must be a SessionSettings, a dict or None"
+        )
     limit = settings.limit if settings is not None else None
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
-        raise ConfigurationError(f"session_settings.limit ({limit!r}) must be None or a whole number, 0 or more")
+        raise ConfigurationError(
+            f"session_settings.limit ({limit!r}) must be None or a whole number, 0 or more"
+        )
     return settings
 
 
@@ -101,7 +130,7 @@ async def _to_its_outcome(task: asyncio.Future[T]) -> T:
                 await asyncio.shield(task)
             except asyncio.CancelledError:
                 continue  # cancelled again: the write still has to finish
-            except BaseException:  # noqa: BLE001 - its outcome is known; the cancellation wins
+            except BaseException:
                 break
         if not task.cancelled():
             task.exception()  # retrieved: the caller is told of its cancellation, not of this
@@ -138,8 +167,12 @@ class ChatMemorySession:
     >>> result = await Runner.run(agent, "Hi", session=ChatMemorySession(memory, "conv-1"))
     """
 
-    def __init__(self, memory: AnyMemory, session_id: str,
-                 session_settings: SessionSettings | Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        memory: AnyMemory,
+        session_id: str,
+        session_settings: SessionSettings | Mapping[str, Any] | None = None,
+    ) -> None:
         self.memory = check_memory(memory, "ChatMemorySession")
         self.session_id = check_conversation_id(session_id)
         self.session_settings = session_settings  # type: ignore[assignment]  # normalised by the setter
@@ -171,11 +204,21 @@ class ChatMemorySession:
 
     def items(self, limit: int | None = None) -> list[Item]:
         """:meth:`get_items`, synchronously (a ``ChatMemory`` only)."""
-        return run_sync(self.memory, self._items(limit), "ChatMemorySession.items()", "await session.get_items()")
+        return run_sync(
+            self.memory,
+            self._items(limit),
+            "ChatMemorySession.items()",
+            "await session.get_items()",
+        )
 
     def add(self, items: Sequence[Any]) -> None:
         """:meth:`add_items`, synchronously (a ``ChatMemory`` only)."""
-        run_sync(self.memory, self._add(list(items)), "ChatMemorySession.add()", "await session.add_items()")
+        run_sync(
+            self.memory,
+            self._add(list(items)),
+            "ChatMemorySession.add()",
+            "await session.add_items()",
+        )
 
     async def get_items(self, limit: int | None = None) -> list[Item]:
         """The window as Responses input items, the newest ``limit`` (default:
@@ -200,7 +243,9 @@ class ChatMemorySession:
 
     def pop(self) -> Item | None:
         """:meth:`pop_item`, synchronously (a ``ChatMemory`` only)."""
-        return run_sync(self.memory, self._pop(), "ChatMemorySession.pop()", "await session.pop_item()")
+        return run_sync(
+            self.memory, self._pop(), "ChatMemorySession.pop()", "await session.pop_item()"
+        )
 
     async def pop_item(self) -> Item | None:
         """Retract the newest item (and its tool partner, if it has one) and return it; None
@@ -209,7 +254,9 @@ class ChatMemorySession:
 
     async def clear_session(self) -> None:
         """Delete the conversation: window, summary and archive."""
-        await _to_its_outcome(asyncio.ensure_future(arun_memory(call("clear", self.session_id), self.memory)))
+        await _to_its_outcome(
+            asyncio.ensure_future(arun_memory(call("clear", self.session_id), self.memory))
+        )
 
 
 def function_tool(tool: ConversationSearchTool | FetchToolResultTool) -> FunctionTool:

@@ -33,7 +33,17 @@ MODELLED_TYPES = frozenset({"message", "function_call", "function_call_output"})
 #: At most this many characters of an opaque item's readable fields go into its event's text.
 OPAQUE_TEXT_CHARS = 2_000
 #: An opaque item's fields that say what it did (searchable, and shown by other renderers).
-OPAQUE_TEXT_FIELDS = ("name", "server_label", "action", "query", "queries", "code", "arguments", "output", "summary")
+OPAQUE_TEXT_FIELDS = (
+    "name",
+    "server_label",
+    "action",
+    "query",
+    "queries",
+    "code",
+    "arguments",
+    "output",
+    "summary",
+)
 
 Item = dict[str, Any]
 
@@ -44,7 +54,9 @@ def _content_text(content: Any, where: str) -> str:
     if isinstance(content, str):
         return content
     if not isinstance(content, list):
-        raise InvalidInputError(f"{where}.content ({content!r}) must be a string or a list of content parts")
+        raise InvalidInputError(
+            f"{where}.content ({content!r}) must be a string or a list of content parts"
+        )
     parts: list[str] = []
     for part in content:
         if isinstance(part, dict) and isinstance(part.get("text"), str):
@@ -71,7 +83,9 @@ def _as_item(item: Any, where: str) -> Item:
     try:
         return json.loads(json.dumps(item, ensure_ascii=False))
     except (TypeError, ValueError) as exc:
-        raise InvalidInputError(f"{where} is not JSON ({exc}); nothing of this list was stored") from None
+        raise InvalidInputError(
+            f"{where} is not JSON ({exc}); nothing of this list was stored"
+        ) from None
 
 
 def checked_items(items: Iterable[Any]) -> list[Item]:
@@ -123,13 +137,21 @@ def event_from_item(item: Any, index: int = 0, tool_call_id: str | None = None) 
         try:
             # text the model wrote: nested too deep, a huge integer or no JSON at all is kept
             # as that text (replayed verbatim), as the SDK's SQLiteSession keeps it
-            arguments = loads(raw, f"{where}.arguments", MAX_DOCUMENT_DEPTH) if isinstance(raw, str) else raw
+            arguments = (
+                loads(raw, f"{where}.arguments", MAX_DOCUMENT_DEPTH)
+                if isinstance(raw, str)
+                else raw
+            )
         except JSONLimitError:
             arguments = None
         if not isinstance(arguments, dict):
             kept["raw_arguments"] = str(raw)
-        return Event.tool_call(str(name), arguments if isinstance(arguments, dict) else {},
-                               call_id=tool_call_id or call_id, metadata=kept)
+        return Event.tool_call(
+            str(name),
+            arguments if isinstance(arguments, dict) else {},
+            call_id=tool_call_id or call_id,
+            metadata=kept,
+        )
     if kind == "function_call_output":
         call_id = _call_id(item, where)
         output = item.get("output", "")
@@ -179,14 +201,17 @@ def events_from_items(items: Iterable[Any], window: Sequence[Event] = ()) -> lis
             events.append(event_from_item(item, i, stored))
         elif kind == "function_call_output":
             open_calls = waiting.get(_call_id(item, f"items[{i}]"))
-            events.append(event_from_item(item, i, open_calls.pop(0)) if open_calls else opaque_event(item))
+            events.append(
+                event_from_item(item, i, open_calls.pop(0)) if open_calls else opaque_event(item)
+            )
         else:
             events.append(event_from_item(item, i))
     return events
 
 
 def items_from_window(
-    window: Sequence[Event], summary_placement: SummaryPlacement | str = SummaryPlacement.USER_MESSAGE
+    window: Sequence[Event],
+    summary_placement: SummaryPlacement | str = SummaryPlacement.USER_MESSAGE,
 ) -> list[list[Item]]:
     """A window as Responses input items, in groups that must stay together: the pinned
     ``system`` items (and the summary with ``summary_placement="system_prompt"``), user
@@ -198,12 +223,28 @@ def items_from_window(
     renderers' plan, so the rules of docs/rendering.md hold."""
     shown = plan(window, None, summary_placement)
     real = [e for e in window if e.is_real]
-    paired = {id(c.result) for part in shown.parts if isinstance(part, Step) for c in part.calls if c.result is not None}
+    paired = {
+        id(c.result)
+        for part in shown.parts
+        if isinstance(part, Step)
+        for c in part.calls
+        if c.result is not None
+    }
     # plan() walks the real events in order: its user-side texts and its step texts map back to them so
-    users = iter([e for e in real if e.type is EventType.USER or (e.type is EventType.TOOL_RESULT and id(e) not in paired)])
+    users = iter(
+        [
+            e
+            for e in real
+            if e.type is EventType.USER or (e.type is EventType.TOOL_RESULT and id(e) not in paired)
+        ]
+    )
     texts = iter([e for e in real if e.type is EventType.ASSISTANT and e.content.strip()])
     groups: list[list[Item]] = []
-    system = [_replay(e) or {"role": "system", "content": e.content} for e in window if e.type is EventType.SYSTEM and e.content.strip()]
+    system = [
+        _replay(e) or {"role": "system", "content": e.content}
+        for e in window
+        if e.type is EventType.SYSTEM and e.content.strip()
+    ]
     system += [{"role": "system", "content": shown.system_summary}] if shown.system_summary else []
     if system:
         groups.append(system)
@@ -217,7 +258,9 @@ def items_from_window(
     return groups
 
 
-def item_of(event: Event, summary_placement: SummaryPlacement | str = SummaryPlacement.USER_MESSAGE) -> Item:
+def item_of(
+    event: Event, summary_placement: SummaryPlacement | str = SummaryPlacement.USER_MESSAGE
+) -> Item:
     """The item one stored event replays as: the item it was stored from (kept verbatim), or,
     for an event added without one, the first item that event alone renders to."""
     replayed = _replay(event)
@@ -228,7 +271,9 @@ def item_of(event: Event, summary_placement: SummaryPlacement | str = SummaryPla
 
 def _replay(event: Event | None) -> Item | None:
     item = event.metadata.get(ITEM_KEY) if event is not None else None
-    return copy.deepcopy(item) if isinstance(item, dict) else None  # the caller may change what it gets
+    return (
+        copy.deepcopy(item) if isinstance(item, dict) else None
+    )  # the caller may change what it gets
 
 
 def _step(step: Step, texts: Iterator[Event]) -> list[Item]:
@@ -241,19 +286,35 @@ def _step(step: Step, texts: Iterator[Event]) -> list[Item]:
         replayed = _replay(block.event)
         if replayed is None:
             raw = block.event.metadata.get("raw_arguments")
-            arguments = raw if isinstance(raw, str) else json.dumps(block.event.arguments or {}, ensure_ascii=False)
-            replayed = {"type": "function_call", "call_id": block.id, "name": block.name, "arguments": arguments}
+            arguments = (
+                raw
+                if isinstance(raw, str)
+                else json.dumps(block.event.arguments or {}, ensure_ascii=False)
+            )
+            replayed = {
+                "type": "function_call",
+                "call_id": block.id,
+                "name": block.name,
+                "arguments": arguments,
+            }
         shown_ids[id(block)] = str(replayed.get("call_id", block.id))
         items.append(replayed)
     for call in step.calls:
         content, is_error = result_text(call)
         replayed = _replay(call.result)
         if replayed is None:
-            items.append({"type": "function_call_output", "call_id": shown_ids[id(call)],
-                          "output": ERROR_PREFIX + content if is_error else content})
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": shown_ids[id(call)],
+                    "output": ERROR_PREFIX + content if is_error else content,
+                }
+            )
         else:
             if call.result is not None and "compressed" in call.result.metadata:
-                replayed["output"] = content  # the stub the model is shown instead of a large result
+                replayed["output"] = (
+                    content  # the stub the model is shown instead of a large result
+                )
             items.append(replayed)
     return items
 
@@ -284,9 +345,16 @@ def _safe(groups: list[list[Item]]) -> list[Item]:
             answers = _answers(item)
             if answers is not None and answers not in seen:
                 text = item.get("output", item)
-                text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False, default=str)
-                note = {"role": "user", "content": f"[chat-memory] A {item_type(item)} for call {answers!r}, "
-                        f"whose call is not in the visible history:\n{text}"}
+                text = (
+                    text
+                    if isinstance(text, str)
+                    else json.dumps(text, ensure_ascii=False, default=str)
+                )
+                note = {
+                    "role": "user",
+                    "content": f"[chat-memory] A {item_type(item)} for call {answers!r}, "
+                    f"whose call is not in the visible history:\n{text}",
+                }
                 (notes if waiting else out).append(note)
                 continue
             if answers is not None:

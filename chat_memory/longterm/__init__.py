@@ -9,10 +9,10 @@ conversations on any chat-memory store, and the ``memory`` tool (Anthropic's
 from __future__ import annotations
 
 from .files import FileEntry, FileVersion, MemoryFiles, MemoryLimits
-from .views import format_size
 from .paths import ROOT, MemoryLimitError, MemoryPathError, MemoryToolError, check_path
 from .stores import long_term_memory
 from .tool import MEMORY_SYSTEM_PROMPT, MemoryTool
+from .views import format_size
 
 __all__ = [
     "MEMORY_SYSTEM_PROMPT",

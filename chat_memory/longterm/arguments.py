@@ -32,14 +32,18 @@ def parse_tool_arguments(arguments: Any, max_text_chars: int) -> dict[str, Any]:
     problem (never the arguments at length)."""
     if isinstance(arguments, (str, bytes, bytearray)):
         if len(arguments) > max_text_chars:
-            raise ArgumentError(f"Error: the arguments are {len(arguments)} characters long; at most {max_text_chars} are accepted.")
+            raise ArgumentError(
+                f"Error: the arguments are {len(arguments)} characters long; at most {max_text_chars} are accepted."
+            )
         try:
-            arguments = loads(arguments, max_depth=MAX_ARGUMENT_DEPTH, max_int_digits=MAX_INTEGER_DIGITS)
+            arguments = loads(
+                arguments, max_depth=MAX_ARGUMENT_DEPTH, max_int_digits=MAX_INTEGER_DIGITS
+            )
         except JSONLimitError as exc:
             raise ArgumentError(f"Error: {exc}.") from None
     if not isinstance(arguments, dict):
         raise ArgumentError(
-            f"Error: the arguments must be an object such as {{\"command\": \"view\", \"path\": \"/memories\"}}, "
+            f'Error: the arguments must be an object such as {{"command": "view", "path": "/memories"}}, '
             f"got {type(arguments).__name__}."
         )
     try:

@@ -46,11 +46,21 @@ class MemoryLimits:
 
     def __post_init__(self) -> None:
         if self.max_version_bytes is None:
-            object.__setattr__(self, "max_version_bytes", max(self.max_namespace_bytes, self.max_file_bytes))
-        for name in ("max_file_bytes", "max_files", "max_namespace_bytes", "max_versions", "max_version_bytes"):
+            object.__setattr__(
+                self, "max_version_bytes", max(self.max_namespace_bytes, self.max_file_bytes)
+            )
+        for name in (
+            "max_file_bytes",
+            "max_files",
+            "max_namespace_bytes",
+            "max_versions",
+            "max_version_bytes",
+        ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigurationError(f"MemoryLimits {name} ({value!r}) must be a whole number, 1 or more")
+                raise ConfigurationError(
+                    f"MemoryLimits {name} ({value!r}) must be a whole number, 1 or more"
+                )
         if self.max_version_bytes < self.max_file_bytes:  # type: ignore[operator]
             raise ConfigurationError(
                 f"MemoryLimits max_version_bytes ({self.max_version_bytes}) must be at least max_file_bytes "
@@ -81,10 +91,14 @@ def live_limits_hold(
         else:
             after[path] = size
     count, total = len(after), sum(after.values())
-    return (count <= max_files or count <= len(sizes)) and (total <= max_bytes or total <= sum(sizes.values()))
+    return (count <= max_files or count <= len(sizes)) and (
+        total <= max_bytes or total <= sum(sizes.values())
+    )
 
 
-def versions_to_keep(sizes_newest_first: Iterable[int], own: int, max_versions: int, max_bytes: int) -> tuple[int, int]:
+def versions_to_keep(
+    sizes_newest_first: Iterable[int], own: int, max_versions: int, max_bytes: int
+) -> tuple[int, int]:
     """(how many of the newest versions to keep, their content bytes): the longest run of
     newest versions within ``max_versions`` and ``max_bytes``, but at least the ``own``
     newest (the versions the committing change itself records)."""

@@ -59,7 +59,12 @@ class FileVersion:
 
 def check_namespace(namespace: Any) -> str:
     """A namespace is any non-empty text without NUL, at most 1024 characters."""
-    if not isinstance(namespace, str) or not namespace or "\x00" in namespace or len(namespace) > 1024:
+    if (
+        not isinstance(namespace, str)
+        or not namespace
+        or "\x00" in namespace
+        or len(namespace) > 1024
+    ):
         raise ConfigurationError(
             f"namespace ({str(namespace)[:60]!r}) must be non-empty text without NUL, at most 1024 characters"
         )
@@ -81,12 +86,22 @@ class MemoryFiles(ABC):
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         # a driver exception escaping a primitive becomes a StorageError, once, here
-        for name in ("_listing", "_read", "_commit", "_versions", "_drop", "namespaces", "stored_bytes"):
+        for name in (
+            "_listing",
+            "_read",
+            "_commit",
+            "_versions",
+            "_drop",
+            "namespaces",
+            "stored_bytes",
+        ):
             method = cls.__dict__.get(name)
             if method is not None:
                 setattr(cls, name, wrap_driver_errors(method))
 
-    def __init__(self, namespace: str, *, limits: MemoryLimits | None = None, retry: Backoff | None = None) -> None:
+    def __init__(
+        self, namespace: str, *, limits: MemoryLimits | None = None, retry: Backoff | None = None
+    ) -> None:
         self.namespace = check_namespace(namespace)
         self.limits = limits or MemoryLimits()
         self.retry = retry or Backoff(attempts=60, base=0.003, cap=0.3)
@@ -166,7 +181,9 @@ class MemoryFiles(ABC):
         given, path = path, check_path(path)
         file_text = check_text(file_text, "file_text")
 
-        def attempt(listing: dict[str, FileEntry]) -> tuple[dict[str, int | None], dict[str, str | None]]:
+        def attempt(
+            listing: dict[str, FileEntry],
+        ) -> tuple[dict[str, int | None], dict[str, str | None]]:
             # a file or a directory already there (the root included): the reference's O_EXCL answer
             if path == ROOT or any(is_within(p, path) for p in listing):
                 raise MemoryToolError(f"File {given} already exists")
@@ -197,19 +214,26 @@ class MemoryFiles(ABC):
             new_content = content[: found.first] + new_str + content[found.first + len(old_str) :]
             new_lines = new_content.split("\n")
             first = max(0, changed - 2)
-            shown = [snippet_line(line) for line in new_lines[first : min(len(new_lines), changed + 3)]]
+            shown = [
+                snippet_line(line) for line in new_lines[first : min(len(new_lines), changed + 3)]
+            ]
             result["snippet"] = numbered(shown, first + 1)
             return new_content
 
         self._edit(path, given, edit)
-        return "The memory file has been edited. Here is the snippet showing the change (with line numbers):\n" + result["snippet"]
+        return (
+            "The memory file has been edited. Here is the snippet showing the change (with line numbers):\n"
+            + result["snippet"]
+        )
 
     def insert(self, path: str, insert_line: Any, insert_text: str) -> str:
         """Insert ``insert_text`` after line ``insert_line`` (0: at the top)."""
         given, path = path, check_path(path)
         insert_text = check_text(insert_text, "insert_text")
         if isinstance(insert_line, bool) or not isinstance(insert_line, int):
-            raise MemoryToolError(f"Invalid `insert_line` parameter: {shown(insert_line)}. It should be an integer.")
+            raise MemoryToolError(
+                f"Invalid `insert_line` parameter: {shown(insert_line)}. It should be an integer."
+            )
 
         def edit(content: str) -> str:
             lines = content.split("\n")
@@ -232,7 +256,9 @@ class MemoryFiles(ABC):
         if path == ROOT:
             raise MemoryToolError(f"Cannot delete the {ROOT} directory itself")
 
-        def attempt(listing: dict[str, FileEntry]) -> tuple[dict[str, int | None], dict[str, str | None]]:
+        def attempt(
+            listing: dict[str, FileEntry],
+        ) -> tuple[dict[str, int | None], dict[str, str | None]]:
             doomed = [e for e in listing.values() if is_within(e.path, path)]
             if not doomed:
                 raise MemoryToolError(f"The path {given} does not exist")
@@ -244,11 +270,16 @@ class MemoryFiles(ABC):
     def rename(self, old_path: str, new_path: str) -> str:
         """Rename or move a file or directory; the destination must not exist."""
         old_given, new_given = old_path, new_path
-        old_path, new_path = check_path(old_path, field="old_path"), check_path(new_path, field="new_path")
+        old_path, new_path = (
+            check_path(old_path, field="old_path"),
+            check_path(new_path, field="new_path"),
+        )
         if old_path == ROOT:
             raise MemoryToolError(f"Cannot rename the {ROOT} directory itself")
 
-        def attempt(listing: dict[str, FileEntry]) -> tuple[dict[str, int | None], dict[str, str | None]]:
+        def attempt(
+            listing: dict[str, FileEntry],
+        ) -> tuple[dict[str, int | None], dict[str, str | None]]:
             # the reference's order: the destination first (renaming onto itself finds it there)
             if new_path == ROOT or any(is_within(e.path, new_path) for e in listing.values()):
                 raise MemoryToolError(f"The destination {new_given} already exists")
@@ -280,10 +311,14 @@ class MemoryFiles(ABC):
         if wanted is None:
             raise MemoryToolError(f"No version {shown(revision)} of {path} is kept.")
         if wanted.content is None:
-            raise MemoryToolError(f"Version {revision} of {path} is its deletion; restore an earlier version.")
+            raise MemoryToolError(
+                f"Version {revision} of {path} is its deletion; restore an earlier version."
+            )
         content = wanted.content
 
-        def attempt(listing: dict[str, FileEntry]) -> tuple[dict[str, int | None], dict[str, str | None]]:
+        def attempt(
+            listing: dict[str, FileEntry],
+        ) -> tuple[dict[str, int | None], dict[str, str | None]]:
             current = listing.get(path)
             if current is None:
                 self._check_placement(path, listing)
@@ -303,11 +338,17 @@ class MemoryFiles(ABC):
     # -- the read-modify-write loop -------------------------------------------------------------
 
     def _edit(self, path: str, given: str, edit: Callable[[str], str]) -> None:
-        def attempt(listing: dict[str, FileEntry]) -> tuple[dict[str, int | None], dict[str, str | None]]:
+        def attempt(
+            listing: dict[str, FileEntry],
+        ) -> tuple[dict[str, int | None], dict[str, str | None]]:
             if path not in listing:
-                if path == ROOT or any(is_within(p, path) for p in listing):  # the root is always a directory
+                if path == ROOT or any(
+                    is_within(p, path) for p in listing
+                ):  # the root is always a directory
                     raise MemoryToolError(f"The path {given} is not a file.")
-                raise MemoryToolError(f"The path {given} does not exist. Please provide a valid path.")
+                raise MemoryToolError(
+                    f"The path {given} does not exist. Please provide a valid path."
+                )
             stored = self._read(path)
             if stored is None:
                 raise _Stale()
@@ -316,7 +357,11 @@ class MemoryFiles(ABC):
         self._transact(attempt, f"editing {path}")
 
     def _transact(
-        self, attempt: Callable[[dict[str, FileEntry]], tuple[dict[str, int | None], dict[str, str | None]]], what: str
+        self,
+        attempt: Callable[
+            [dict[str, FileEntry]], tuple[dict[str, int | None], dict[str, str | None]]
+        ],
+        what: str,
     ) -> None:
         for delay in self.retry.delays():
             listing = self._listing()
@@ -344,7 +389,9 @@ class MemoryFiles(ABC):
                 raise MemoryToolError(f"The path {parent} is a file, not a directory.")
             parent = parent.rsplit("/", 1)[0]
 
-    def _check_limits(self, listing: Mapping[str, FileEntry], writes: Mapping[str, str | None]) -> None:
+    def _check_limits(
+        self, listing: Mapping[str, FileEntry], writes: Mapping[str, str | None]
+    ) -> None:
         limits = self.limits
         sizes = {p: e.size for p, e in listing.items()}
         for path, content in writes.items():

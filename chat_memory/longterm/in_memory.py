@@ -56,7 +56,9 @@ class InMemoryFiles(MemoryFiles):
 
     def _listing(self) -> dict[str, FileEntry]:
         with self._space.lock:
-            return {p: FileEntry(p, size_of(f.content), f.revision) for p, f in self._ns().files.items()}
+            return {
+                p: FileEntry(p, size_of(f.content), f.revision) for p, f in self._ns().files.items()
+            }
 
     def _read(self, path: str) -> StoredFile | None:
         with self._space.lock:

@@ -46,13 +46,19 @@ def check_path(path: Any, *, field: str = "path") -> str:
     (``Path must start with /memories, got: /etc``, ``Path /memories/.. would escape /memories
     directory``); the path forms refused beyond it have texts of their own."""
     if not isinstance(path, str):
-        raise MemoryPathError(f"Invalid `{field}` parameter: {path!r}. It must be a path starting with {ROOT}.")
+        raise MemoryPathError(
+            f"Invalid `{field}` parameter: {path!r}. It must be a path starting with {ROOT}."
+        )
     shown = path[:80] + ("…" if len(path) > 80 else "")
     if len(path) > MAX_PATH_CHARS:
-        raise MemoryPathError(f"Path {shown!r} is {len(path)} characters long; at most {MAX_PATH_CHARS} are allowed.")
+        raise MemoryPathError(
+            f"Path {shown!r} is {len(path)} characters long; at most {MAX_PATH_CHARS} are allowed."
+        )
     # before any text repeats the path back: control and invisible characters are never echoed
     if any(unicodedata.category(c) in ("Cc", "Cf", "Cs") for c in path):
-        raise MemoryPathError(f"Path {shown!r} contains NUL, control or invisible characters, which are not allowed.")
+        raise MemoryPathError(
+            f"Path {shown!r} contains NUL, control or invisible characters, which are not allowed."
+        )
     if not path.startswith(ROOT):
         raise MemoryPathError(f"Path must start with {ROOT}, got: {path}")
     if path != ROOT and not path.startswith(ROOT + "/"):
@@ -63,12 +69,16 @@ def check_path(path: Any, *, field: str = "path") -> str:
     if "\\" in path:
         raise MemoryPathError(f"Path {shown!r} contains a backslash; use / to separate names.")
     if _PERCENT_ESCAPE.search(path):
-        raise MemoryPathError(f"Path {shown!r} contains a percent-encoded character; write the character itself.")
+        raise MemoryPathError(
+            f"Path {shown!r} contains a percent-encoded character; write the character itself."
+        )
     names = [name for name in path[len(ROOT) :].split("/") if name != ""]
     if "//" in path[len(ROOT) :].rstrip("/"):
         raise MemoryPathError(f"Path {shown!r} contains an empty name (//).")
     if len(names) > MAX_DEPTH:
-        raise MemoryPathError(f"Path {shown!r} is {len(names)} levels deep; at most {MAX_DEPTH} are allowed.")
+        raise MemoryPathError(
+            f"Path {shown!r} is {len(names)} levels deep; at most {MAX_DEPTH} are allowed."
+        )
     for name in names:
         _check_name(name, path, shown)
     return "/".join([ROOT, *names])
@@ -83,19 +93,27 @@ def _escapes(path: str) -> bool:
 def _check_name(name: str, path: str, shown: str) -> None:
     folded = unicodedata.normalize("NFKC", name)
     if name in (".", ".."):
-        raise MemoryPathError(f"Path {shown!r} contains a {name!r} name; name the file or directory without it.")
+        raise MemoryPathError(
+            f"Path {shown!r} contains a {name!r} name; name the file or directory without it."
+        )
     if folded in (".", ".."):
-        raise MemoryPathError(f"Path {shown!r} contains a look-alike of {folded!r} in {name!r}, which is not allowed.")
+        raise MemoryPathError(
+            f"Path {shown!r} contains a look-alike of {folded!r} in {name!r}, which is not allowed."
+        )
     if folded != name and any(c in folded for c in "./\\%"):
         # full-width dots, one-dot leaders and the like that some layer may fold into ".."
-        raise MemoryPathError(f"Path {shown!r} contains a look-alike of '.', '/' or '\\' in {name!r}, which is not allowed.")
+        raise MemoryPathError(
+            f"Path {shown!r} contains a look-alike of '.', '/' or '\\' in {name!r}, which is not allowed."
+        )
     if name.startswith("~") or ":" in name or "->" in name or name.lower().endswith(".lnk"):
         raise MemoryPathError(
             f"Path {shown!r} has a name ({name!r}) that looks like a link, a home directory or a drive; "
             "names may not start with '~' or contain ':' or '->', nor end in '.lnk'."
         )
     if name != name.strip() or name.endswith("."):
-        raise MemoryPathError(f"Path {shown!r} has a name ({name!r}) with leading or trailing spaces or dots.")
+        raise MemoryPathError(
+            f"Path {shown!r} has a name ({name!r}) with leading or trailing spaces or dots."
+        )
     if len(name.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
         raise MemoryPathError(f"Path {shown!r} has a name longer than {MAX_NAME_BYTES} bytes.")
 
@@ -104,13 +122,17 @@ def check_text(value: Any, field: str) -> str:
     """A text argument (file content, old or new string) as given, if it is text a store can
     keep: no NUL, valid Unicode."""
     if not isinstance(value, str):
-        raise MemoryToolError(f"Invalid `{field}` parameter: it must be a string, got {type(value).__name__}.")
+        raise MemoryToolError(
+            f"Invalid `{field}` parameter: it must be a string, got {type(value).__name__}."
+        )
     if "\x00" in value:
         raise MemoryToolError(f"Invalid `{field}` parameter: it contains a NUL character.")
     try:
         value.encode("utf-8")
     except UnicodeEncodeError:
-        raise MemoryToolError(f"Invalid `{field}` parameter: it is not valid Unicode text.") from None
+        raise MemoryToolError(
+            f"Invalid `{field}` parameter: it is not valid Unicode text."
+        ) from None
     return value
 
 

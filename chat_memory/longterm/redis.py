@@ -119,6 +119,7 @@ redis.call('SET', KEYS[5], vbytes)
 return rev
 """
 
+
 class RedisFiles(MemoryFiles):
     """One namespace on the server of a :class:`~chat_memory.backends.redis.RedisStore`."""
 
@@ -157,7 +158,9 @@ class RedisFiles(MemoryFiles):
             limits.max_files,
             limits.max_namespace_bytes,
         )
-        if self.store._call(self._script, self._keys, args) <= 0:  # 0: a lost race, -1: over a limit now
+        if (
+            self.store._call(self._script, self._keys, args) <= 0
+        ):  # 0: a lost race, -1: over a limit now
             return False
         self.client.sadd(self._registry, self.namespace)
         return True

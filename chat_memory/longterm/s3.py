@@ -48,7 +48,9 @@ class S3Files(MemoryFiles):
 
     def _listing(self) -> dict[str, FileEntry]:
         head, _ = self._head()
-        return {path: FileEntry(path, size, rev) for path, (rev, size, _key) in head["files"].items()}
+        return {
+            path: FileEntry(path, size, rev) for path, (rev, size, _key) in head["files"].items()
+        }
 
     def _read(self, path: str) -> StoredFile | None:
         head, _ = self._head()
@@ -71,7 +73,12 @@ class S3Files(MemoryFiles):
             return False
         limits = self.limits
         new_sizes = {p: None if c is None else len(c.encode("utf-8")) for p, c in writes.items()}
-        if not live_limits_hold({p: f[1] for p, f in files.items()}, new_sizes, limits.max_files, limits.max_namespace_bytes):
+        if not live_limits_hold(
+            {p: f[1] for p, f in files.items()},
+            new_sizes,
+            limits.max_files,
+            limits.max_namespace_bytes,
+        ):
             return False
         sizes_of_blobs = {f[2]: f[1] for f in files.values()}
         revision = head["revision"] + 1
@@ -90,14 +97,19 @@ class S3Files(MemoryFiles):
             files[path] = [revision, len(data), key]
             log.append([path, revision, key, now, len(data)])
         newest_first = (self._logged_size(entry, sizes_of_blobs) for entry in reversed(log))
-        count, _ = versions_to_keep(newest_first, len(writes), limits.max_versions, limits.version_bytes)
+        count, _ = versions_to_keep(
+            newest_first, len(writes), limits.max_versions, limits.version_bytes
+        )
         kept, dropped = log[len(log) - count :], log[: len(log) - count]
         new_head = {"namespace": self.namespace, "revision": revision, "files": files, "log": kept}
         condition = {"IfMatch": etag} if etag is not None else {"IfNoneMatch": "*"}
         try:
             self.client.put_object(
-                Bucket=self.bucket, Key=f"{self._root}head.json", Body=json.dumps(new_head).encode("utf-8"),
-                ContentType="application/json", **condition,
+                Bucket=self.bucket,
+                Key=f"{self._root}head.json",
+                Body=json.dumps(new_head).encode("utf-8"),
+                ContentType="application/json",
+                **condition,
             )
         except Exception as exc:
             if is_conflict(exc) or (etag is not None and is_missing(exc)):
@@ -116,7 +128,9 @@ class S3Files(MemoryFiles):
             size = 0 if key is None else sizes_of_blobs.get(key)
             if size is None:
                 try:
-                    size = int(self.client.head_object(Bucket=self.bucket, Key=key)["ContentLength"])
+                    size = int(
+                        self.client.head_object(Bucket=self.bucket, Key=key)["ContentLength"]
+                    )
                 except Exception as exc:
                     if not is_missing(exc):
                         raise
@@ -127,7 +141,9 @@ class S3Files(MemoryFiles):
     def stored_bytes(self) -> tuple[int, int]:
         """(content bytes of the current files, of the kept versions), as the head records them."""
         head, _ = self._head()
-        return sum(f[1] for f in head["files"].values()), sum(e[4] if len(e) > 4 else 0 for e in head["log"])
+        return sum(f[1] for f in head["files"].values()), sum(
+            e[4] if len(e) > 4 else 0 for e in head["log"]
+        )
 
     def _delete(self, keys: list[str]) -> None:
         for key in keys:
@@ -158,7 +174,9 @@ class S3Files(MemoryFiles):
         for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
             for item in page.get("Contents", []):
                 if item["Key"].endswith("/head.json"):
-                    head = json.loads(self.client.get_object(Bucket=self.bucket, Key=item["Key"])["Body"].read())
+                    head = json.loads(
+                        self.client.get_object(Bucket=self.bucket, Key=item["Key"])["Body"].read()
+                    )
                     if head["files"]:
                         names.append(head["namespace"])
         return sorted(names)

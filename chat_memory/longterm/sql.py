@@ -33,7 +33,11 @@ class SQLFiles(MemoryFiles):
         self.store = store
         self._ns_key = _key(self.namespace)
         tables = store.tables
-        self._namespaces, self._files, self._log = tables.memory_namespaces, tables.memory_files, tables.memory_versions
+        self._namespaces, self._files, self._log = (
+            tables.memory_namespaces,
+            tables.memory_files,
+            tables.memory_versions,
+        )
 
     def _run(self, operation: Any, what: str) -> Any:
         self.store._ready()
@@ -45,13 +49,18 @@ class SQLFiles(MemoryFiles):
 
         def read() -> dict[str, FileEntry]:
             with self.store._tx.read() as connection:
-                return {row.path: FileEntry(row.path, row.size, row.revision) for row in connection.execute(query)}
+                return {
+                    row.path: FileEntry(row.path, row.size, row.revision)
+                    for row in connection.execute(query)
+                }
 
         return self._run(read, "listing memory files")
 
     def _read(self, path: str) -> StoredFile | None:
         f = self._files
-        query = sa.select(f.c.content, f.c.revision).where(f.c.namespace_key == self._ns_key, f.c.path_key == _key(path))
+        query = sa.select(f.c.content, f.c.revision).where(
+            f.c.namespace_key == self._ns_key, f.c.path_key == _key(path)
+        )
 
         def read() -> StoredFile | None:
             with self.store._tx.read() as connection:
@@ -67,13 +76,24 @@ class SQLFiles(MemoryFiles):
             now = datetime.now(timezone.utc)
             with self.store._tx.write() as connection:
                 by_key = n.c.namespace_key == self._ns_key
-                revision = connection.execute(sa.select(n.c.revision).where(by_key).with_for_update()).scalar()
+                revision = connection.execute(
+                    sa.select(n.c.revision).where(by_key).with_for_update()
+                ).scalar()
                 if revision is None:
-                    connection.execute(n.insert().values(namespace_key=self._ns_key, namespace=self.namespace, revision=0, updated_at=now))
+                    connection.execute(
+                        n.insert().values(
+                            namespace_key=self._ns_key,
+                            namespace=self.namespace,
+                            revision=0,
+                            updated_at=now,
+                        )
+                    )
                     revision = 0
                 keys = {path: _key(path) for path in {*expected, *writes}}
                 stored = connection.execute(
-                    sa.select(f.c.path_key, f.c.path, f.c.revision, f.c.size).where(f.c.namespace_key == self._ns_key)
+                    sa.select(f.c.path_key, f.c.path, f.c.revision, f.c.size).where(
+                        f.c.namespace_key == self._ns_key
+                    )
                 ).all()
                 current = {row.path_key: row.revision for row in stored}
                 if any(current.get(keys[path]) != rev for path, rev in expected.items()):
@@ -83,7 +103,9 @@ class SQLFiles(MemoryFiles):
                 sizes = {row.path_key: row.size for row in stored}
                 new_sizes = {keys[p]: None if c is None else size_of(c) for p, c in writes.items()}
                 limits = self.limits
-                if not live_limits_hold(sizes, new_sizes, limits.max_files, limits.max_namespace_bytes):
+                if not live_limits_hold(
+                    sizes, new_sizes, limits.max_files, limits.max_namespace_bytes
+                ):
                     return False
                 revision += 1
                 for path, content in writes.items():
@@ -91,21 +113,35 @@ class SQLFiles(MemoryFiles):
                     if content is None:
                         connection.execute(f.delete().where(where))
                     elif keys[path] in current:
-                        connection.execute(f.update().where(where).values(content=content, size=size_of(content), revision=revision))
+                        connection.execute(
+                            f.update()
+                            .where(where)
+                            .values(content=content, size=size_of(content), revision=revision)
+                        )
                     else:
                         connection.execute(
                             f.insert().values(
-                                namespace_key=self._ns_key, path_key=keys[path], path=path,
-                                revision=revision, size=size_of(content), content=content,
+                                namespace_key=self._ns_key,
+                                path_key=keys[path],
+                                path=path,
+                                revision=revision,
+                                size=size_of(content),
+                                content=content,
                             )
                         )
                     connection.execute(
                         log.insert().values(
-                            namespace_key=self._ns_key, path_key=keys[path], path=path,
-                            revision=revision, content=content, created_at=now,
+                            namespace_key=self._ns_key,
+                            path_key=keys[path],
+                            path=path,
+                            revision=revision,
+                            content=content,
+                            created_at=now,
                         )
                     )
-                connection.execute(n.update().where(by_key).values(revision=revision, updated_at=now))
+                connection.execute(
+                    n.update().where(by_key).values(revision=revision, updated_at=now)
+                )
                 self._trim(connection, len(writes))
             return True
 
@@ -124,9 +160,13 @@ class SQLFiles(MemoryFiles):
             .order_by(log.c.id.desc())
             .limit(self.limits.max_versions + own + 1)  # one past the most that can be kept
         ).all()
-        kept, _ = versions_to_keep((row[1] for row in rows), own, self.limits.max_versions, self.limits.version_bytes)
+        kept, _ = versions_to_keep(
+            (row[1] for row in rows), own, self.limits.max_versions, self.limits.version_bytes
+        )
         if kept < len(rows):
-            connection.execute(log.delete().where(log.c.namespace_key == self._ns_key, log.c.id <= rows[kept][0]))
+            connection.execute(
+                log.delete().where(log.c.namespace_key == self._ns_key, log.c.id <= rows[kept][0])
+            )
 
     def stored_bytes(self) -> tuple[int, int]:
         """(content bytes of the current files, of the kept versions), as the database counts them."""
@@ -136,10 +176,14 @@ class SQLFiles(MemoryFiles):
             with self.store._tx.read() as connection:
                 length = _byte_length(connection, log.c.content)
                 live = connection.execute(
-                    sa.select(sa.func.coalesce(sa.func.sum(f.c.size), 0)).where(f.c.namespace_key == self._ns_key)
+                    sa.select(sa.func.coalesce(sa.func.sum(f.c.size), 0)).where(
+                        f.c.namespace_key == self._ns_key
+                    )
                 ).scalar()
                 kept = connection.execute(
-                    sa.select(sa.func.coalesce(sa.func.sum(length), 0)).where(log.c.namespace_key == self._ns_key)
+                    sa.select(sa.func.coalesce(sa.func.sum(length), 0)).where(
+                        log.c.namespace_key == self._ns_key
+                    )
                 ).scalar()
             return int(live), int(kept)
 
@@ -155,7 +199,10 @@ class SQLFiles(MemoryFiles):
 
         def read() -> list[FileVersion]:
             with self.store._tx.read() as connection:
-                return [FileVersion(path, r.revision, r.content, _utc(r.created_at)) for r in connection.execute(query)]
+                return [
+                    FileVersion(path, r.revision, r.content, _utc(r.created_at))
+                    for r in connection.execute(query)
+                ]
 
         return self._run(read, "listing memory file versions")
 
@@ -170,9 +217,11 @@ class SQLFiles(MemoryFiles):
     def namespaces(self) -> list[str]:
         """Every namespace holding files."""
         n, f = self._namespaces, self._files
-        query = sa.select(n.c.namespace).where(
-            sa.exists().where(f.c.namespace_key == n.c.namespace_key)
-        ).order_by(n.c.namespace)
+        query = (
+            sa.select(n.c.namespace)
+            .where(sa.exists().where(f.c.namespace_key == n.c.namespace_key))
+            .order_by(n.c.namespace)
+        )
 
         def read() -> list[str]:
             with self.store._tx.read() as connection:

@@ -18,7 +18,12 @@ from typing import Any
 
 from ..errors import ConcurrencyError
 from ..tools import ToolOutput, openai_function
-from .arguments import ARGUMENT_TEXT_FACTOR, ARGUMENT_TEXT_SLACK, ArgumentError, parse_tool_arguments
+from .arguments import (
+    ARGUMENT_TEXT_FACTOR,
+    ARGUMENT_TEXT_SLACK,
+    ArgumentError,
+    parse_tool_arguments,
+)
 from .files import MemoryFiles
 from .occurrences import echo, shown
 from .paths import MemoryToolError
@@ -48,8 +53,14 @@ TOOL_DESCRIPTION = (
 TOOL_INPUT_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "command": {"type": "string", "enum": ["view", "create", "str_replace", "insert", "delete", "rename"]},
-        "path": {"type": "string", "description": "A path under /memories (all commands but rename)."},
+        "command": {
+            "type": "string",
+            "enum": ["view", "create", "str_replace", "insert", "delete", "rename"],
+        },
+        "path": {
+            "type": "string",
+            "description": "A path under /memories (all commands but rename).",
+        },
         "view_range": {
             "type": "array",
             "items": {"type": "integer"},
@@ -58,9 +69,16 @@ TOOL_INPUT_SCHEMA: dict[str, Any] = {
             "description": "view: first and last line to show (1-based; last -1 for the end).",
         },
         "file_text": {"type": "string", "description": "create: the file's content."},
-        "old_str": {"type": "string", "description": "str_replace: text that occurs exactly once in the file."},
+        "old_str": {
+            "type": "string",
+            "description": "str_replace: text that occurs exactly once in the file.",
+        },
         "new_str": {"type": "string", "description": "str_replace: its replacement."},
-        "insert_line": {"type": "integer", "minimum": 0, "description": "insert: the line after which to insert."},
+        "insert_line": {
+            "type": "integer",
+            "minimum": 0,
+            "description": "insert: the line after which to insert.",
+        },
         "insert_text": {"type": "string", "description": "insert: the text to insert."},
         "old_path": {"type": "string", "description": "rename: the current path."},
         "new_path": {"type": "string", "description": "rename: the new path."},
@@ -108,7 +126,11 @@ class MemoryTool:
     def json_schema_definition(self) -> dict[str, Any]:
         """The same tool as a plain (Anthropic custom tool) definition, for models that do not
         know the memory tool type."""
-        return {"name": TOOL_NAME, "description": TOOL_DESCRIPTION, "input_schema": TOOL_INPUT_SCHEMA}
+        return {
+            "name": TOOL_NAME,
+            "description": TOOL_DESCRIPTION,
+            "input_schema": TOOL_INPUT_SCHEMA,
+        }
 
     def openai_definition(self) -> dict[str, Any]:
         """The tool as the OpenAI Chat Completions API takes it in ``tools``."""
@@ -127,31 +149,42 @@ class MemoryTool:
         except Exception:  # the model must get an answer whatever broke; the operator gets the rest
             error_id = uuid.uuid4().hex[:12]
             logger.error("memory tool failed (error id %s)", error_id, exc_info=True)
-            output = ToolOutput(f"Error: memory tool failed (error id {error_id}). Try again later.", True)
+            output = ToolOutput(
+                f"Error: memory tool failed (error id {error_id}). Try again later.", True
+            )
         return _bounded(output, self.files.limits.max_answer_chars)
 
     def _run(self, arguments: Any) -> ToolOutput:
         limits = self.files.limits
         try:
-            arguments = parse_tool_arguments(arguments, ARGUMENT_TEXT_FACTOR * limits.max_file_bytes + ARGUMENT_TEXT_SLACK)
+            arguments = parse_tool_arguments(
+                arguments, ARGUMENT_TEXT_FACTOR * limits.max_file_bytes + ARGUMENT_TEXT_SLACK
+            )
         except ArgumentError as exc:
             return ToolOutput(str(exc), True)
         command = arguments.get("command")
         if not isinstance(command, str) or command not in COMMANDS:
-            return ToolOutput(f"Error: Unknown command: {shown(command)}. Use one of: {', '.join(COMMANDS)}.", True)
+            return ToolOutput(
+                f"Error: Unknown command: {shown(command)}. Use one of: {', '.join(COMMANDS)}.",
+                True,
+            )
         required, optional = COMMANDS[command]
         missing = [name for name in required if name not in arguments]
         if missing:
             return ToolOutput(f"Error: the {command} command needs {', '.join(missing)}.", True)
         unknown = sorted(map(str, set(arguments) - {"command", *required, *optional}))
         if unknown:
-            return ToolOutput(f"Error: the {command} command takes no {echo(', '.join(unknown))}.", True)
+            return ToolOutput(
+                f"Error: the {command} command takes no {echo(', '.join(unknown))}.", True
+            )
         try:
             text = self._dispatch(command, arguments)
         except ConcurrencyError as exc:
             return ToolOutput(f"Error: {exc}", True)
         except MemoryToolError as exc:
-            return ToolOutput(str(exc), True)  # the memory tool's documented error texts, as they are
+            return ToolOutput(
+                str(exc), True
+            )  # the memory tool's documented error texts, as they are
         return ToolOutput(text)
 
     def _dispatch(self, command: str, a: dict[str, Any]) -> str:

@@ -35,7 +35,9 @@ def format_size(size: int) -> str:
 
 def numbered(lines: list[str], start: int) -> str:
     """Lines as the memory tool numbers them: the number right-aligned in six places, a tab."""
-    return "\n".join(f"{str(n).rjust(LINE_NUMBER_WIDTH)}\t{line}" for n, line in enumerate(lines, start=start))
+    return "\n".join(
+        f"{str(n).rjust(LINE_NUMBER_WIDTH)}\t{line}" for n, line in enumerate(lines, start=start)
+    )
 
 
 def snippet_line(line: str) -> str:
@@ -54,7 +56,9 @@ def file_view(path: str, content: str, view_range: Any, max_chars: int = 120_000
     start = 1
     if view_range is not None:
         if not isinstance(view_range, (list, tuple)):
-            raise MemoryToolError(f"Invalid `view_range` parameter: {shown(view_range)}. It should be a list of two integers.")
+            raise MemoryToolError(
+                f"Invalid `view_range` parameter: {shown(view_range)}. It should be a list of two integers."
+            )
         # as the reference reads it: a pair [first, last], first below 1 read as 1, last -1 for
         # the end and otherwise a Python slice end; any other length shows the whole file
         if len(view_range) == 2:
@@ -74,19 +78,30 @@ def file_view(path: str, content: str, view_range: Any, max_chars: int = 120_000
         if used + len(row) + 1 > room:
             if not out:  # a single line longer than the bound: show its start
                 out.append(row[:room])
-                return header + out[0] + (
-                    f"\n(Cut: line {n} is {len(line)} characters long; at most {max_chars} characters are shown in "
-                    "one answer. Shorten or split that line to read all of it.)"
+                return (
+                    header
+                    + out[0]
+                    + (
+                        f"\n(Cut: line {n} is {len(line)} characters long; at most {max_chars} characters are shown in "
+                        "one answer. Shorten or split that line to read all of it.)"
+                    )
                 )
-            return header + "\n".join(out) + (
-                f"\n(Cut: lines {start}-{n - 1} of {start + len(lines) - 1} shown; at most {max_chars} characters are "
-                f"shown in one answer. View the rest with view_range [{n}, -1].)"
+            return (
+                header
+                + "\n".join(out)
+                + (
+                    f"\n(Cut: lines {start}-{n - 1} of {start + len(lines) - 1} shown; at most {max_chars} characters are "
+                    f"shown in one answer. View the rest with view_range [{n}, -1].)"
+                )
             )
         out.append(row)
         used += len(row) + 1
     return header + "\n".join(out)
 
-def directory_view(path: str, under: list[FileEntry], max_chars: int = 120_000, shown_path: str | None = None) -> str:
+
+def directory_view(
+    path: str, under: list[FileEntry], max_chars: int = 120_000, shown_path: str | None = None
+) -> str:
     """A directory as the memory tool shows it: its files and directories two levels deep,
     hidden ones (a name starting with ``.``) left out, each directory followed by what it
     holds, names in order; each row with its size (a directory's is the total of the files
@@ -115,9 +130,13 @@ def directory_view(path: str, under: list[FileEntry], max_chars: int = 120_000, 
         name = "/".join(key) + ("/" if key in directories else "")
         row = f"{format_size(size)}\t{shown_path}/{name}"
         if used + len(row) + 1 > max_chars:
-            return header + "\n".join(lines) + (
-                f"\n(Cut: {shown_rows} of {len(ordered)} entries shown; at most {max_chars} characters are shown in "
-                "one answer. View a subdirectory to see the rest.)"
+            return (
+                header
+                + "\n".join(lines)
+                + (
+                    f"\n(Cut: {shown_rows} of {len(ordered)} entries shown; at most {max_chars} characters are shown in "
+                    "one answer. View a subdirectory to see the rest.)"
+                )
             )
         lines.append(row)
         used += len(row) + 1

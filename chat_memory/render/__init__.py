@@ -11,4 +11,11 @@ from .anthropic import to_anthropic
 from .openai import to_openai
 from .plan import MISSING_RESULT_TEXT, SUMMARY_PREFACE, provider_id, summary_text
 
-__all__ = ["MISSING_RESULT_TEXT", "SUMMARY_PREFACE", "provider_id", "summary_text", "to_anthropic", "to_openai"]
+__all__ = [
+    "MISSING_RESULT_TEXT",
+    "SUMMARY_PREFACE",
+    "provider_id",
+    "summary_text",
+    "to_anthropic",
+    "to_openai",
+]

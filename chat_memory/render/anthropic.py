@@ -71,7 +71,9 @@ def to_anthropic(
     if messages:
         marks.append(messages[-1]["content"][-1])
         if len(messages) >= 3:
-            marks.append(messages[-3]["content"][-1])  # the previous request's tail: an exact cache hit
+            marks.append(
+                messages[-3]["content"][-1]
+            )  # the previous request's tail: an exact cache hit
     _mark(marks)
     return (system or ""), messages
 
@@ -81,7 +83,10 @@ def _push_step(step: Step, push: Callable[[str, dict[str, Any]], None]) -> None:
         if isinstance(block, Text):
             push("assistant", {"type": "text", "text": block.text})
         else:
-            push("assistant", {"type": "tool_use", "id": block.id, "name": block.name, "input": _input(block)})
+            push(
+                "assistant",
+                {"type": "tool_use", "id": block.id, "name": block.name, "input": _input(block)},
+            )
     for call in step.calls:
         content, is_error = result_text(call)
         result: dict[str, Any] = {"type": "tool_result", "tool_use_id": call.id, "content": content}

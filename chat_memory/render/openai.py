@@ -42,7 +42,10 @@ def to_openai(
 
 def _step(step: Step) -> list[dict[str, Any]]:
     texts = [b.text for b in step.blocks if isinstance(b, Text)]
-    assistant: dict[str, Any] = {"role": "assistant", "content": "\n\n".join(texts) if texts else None}
+    assistant: dict[str, Any] = {
+        "role": "assistant",
+        "content": "\n\n".join(texts) if texts else None,
+    }
     if step.calls:
         assistant["tool_calls"] = [
             {
@@ -50,7 +53,9 @@ def _step(step: Step) -> list[dict[str, Any]]:
                 "type": "function",
                 "function": {
                     "name": call.name,
-                    "arguments": json.dumps(call.event.arguments or {}, ensure_ascii=False, sort_keys=True),
+                    "arguments": json.dumps(
+                        call.event.arguments or {}, ensure_ascii=False, sort_keys=True
+                    ),
                 },
             }
             for call in step.calls
@@ -58,5 +63,11 @@ def _step(step: Step) -> list[dict[str, Any]]:
     out = [assistant]
     for call in step.calls:
         content, is_error = result_text(call)
-        out.append({"role": "tool", "tool_call_id": call.id, "content": ERROR_PREFIX + content if is_error else content})
+        out.append(
+            {
+                "role": "tool",
+                "tool_call_id": call.id,
+                "content": ERROR_PREFIX + content if is_error else content,
+            }
+        )
     return out

@@ -68,7 +68,9 @@ def parse_placement(value: SummaryPlacement | str) -> SummaryPlacement:
         return SummaryPlacement(value)
     except ValueError:
         choices = ", ".join(p.value for p in SummaryPlacement)
-        raise ConfigurationError(f"summary_placement ({value!r}) must be one of: {choices}") from None
+        raise ConfigurationError(
+            f"summary_placement ({value!r}) must be one of: {choices}"
+        ) from None
 
 
 @dataclass(eq=False)
@@ -158,7 +160,9 @@ def plan(
                 close()  # the result answers this step: the model saw it before anything after it
             # else: already shown right after its call (a late result) or shown with a later call
     close()
-    system_summary = "\n\n".join(summaries) if summaries and where is SummaryPlacement.SYSTEM_PROMPT else None
+    system_summary = (
+        "\n\n".join(summaries) if summaries and where is SummaryPlacement.SYSTEM_PROMPT else None
+    )
     return Plan(system, system_summary, parts)
 
 

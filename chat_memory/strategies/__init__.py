@@ -19,12 +19,16 @@ from .base import (
     strategy_for,
     strategy_names,
 )
+
+# importing registers: this order is the order the canvas and the errors list them
+# isort: off
 from .none import NoCompaction
 from .sliding_window import SlidingWindow
 from .turn_window import TurnWindow
 from .token_count import TokenCount
 from .recursive_summarization import RecursiveSummarization
 from .auto_compact import AutoCompact
+# isort: on
 
 __all__ = [
     "AutoCompact",

@@ -21,7 +21,13 @@ class RecursiveSummarization(Strategy):
 
     name = "recursive_summarization"
     label = "Recursive summarization"
-    settings = ("max_events", "max_events_to_keep", "overlap_size", "summary_placement", "compact_to_ratio")
+    settings = (
+        "max_events",
+        "max_events_to_keep",
+        "overlap_size",
+        "summary_placement",
+        "compact_to_ratio",
+    )
     summarizes = True
 
     @classmethod
@@ -42,9 +48,14 @@ class RecursiveSummarization(Strategy):
             return None
         size = len(window.active)
         # its own lower mark already keeps the prefix stable; the ratio only lowers it further
-        keep = min(self.config.max_events_to_keep, compact_target(self.config.max_events, self.config.compact_to_ratio))
+        keep = min(
+            self.config.max_events_to_keep,
+            compact_target(self.config.max_events, self.config.compact_to_ratio),
+        )
         within = size - self.config.max_events
-        return choose_cut(window.active, keep_min_turns(window.active, size - keep, within), within=within)
+        return choose_cut(
+            window.active, keep_min_turns(window.active, size - keep, within), within=within
+        )
 
     def pressure(self, window: Window) -> float:
         return len(window.active) / self.config.max_events

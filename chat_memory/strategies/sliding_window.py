@@ -21,4 +21,6 @@ class SlidingWindow(Strategy):
             return None
         keep = compact_target(self.config.max_events, self.config.compact_to_ratio)
         within = size - self.config.max_events
-        return choose_cut(window.active, keep_min_turns(window.active, size - keep, within), within=within)
+        return choose_cut(
+            window.active, keep_min_turns(window.active, size - keep, within), within=within
+        )

@@ -32,4 +32,6 @@ class TokenCount(Strategy):
             if within is None and total <= budget:
                 within = required
         within = required if within is None else within
-        return choose_cut(window.active, keep_min_turns(window.active, required, within), within=within)
+        return choose_cut(
+            window.active, keep_min_turns(window.active, required, within), within=within
+        )

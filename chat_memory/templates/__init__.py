@@ -22,8 +22,12 @@ def template_source(name: str) -> dict[str, Any]:
     """A bundled template's JSON, as a dict; an unknown name is a :class:`ConfigurationError`
     that lists the templates."""
     if name not in template_names():
-        raise ConfigurationError(f"unknown template {name!r}; templates: {', '.join(template_names())}")
-    return json.loads(resources.files(__package__).joinpath(f"{name}.json").read_text(encoding="utf-8"))
+        raise ConfigurationError(
+            f"unknown template {name!r}; templates: {', '.join(template_names())}"
+        )
+    return json.loads(
+        resources.files(__package__).joinpath(f"{name}.json").read_text(encoding="utf-8")
+    )
 
 
 __all__ = ["template_names", "template_source"]

@@ -20,7 +20,14 @@ from typing import Any, TypeVar
 
 from ..aio import AsyncChatMemory
 from ..backends.aio import AsyncStore, ThreadedStore
-from ..backends.base import AppendsWithoutWindow, CompactionPlan, CompactsWhileAppending, Retracts, Snapshot, Store
+from ..backends.base import (
+    AppendsWithoutWindow,
+    CompactionPlan,
+    CompactsWhileAppending,
+    Retracts,
+    Snapshot,
+    Store,
+)
 from ..events import Event
 from ..search import SearchQuery, SearchResult
 
@@ -35,7 +42,9 @@ def run_blocking(coroutine: Coroutine[Any, Any, T]) -> T:
     with _lock:
         if _loop is None:
             _loop = asyncio.new_event_loop()
-            threading.Thread(target=_loop.run_forever, name="chat-memory-blocking", daemon=True).start()
+            threading.Thread(
+                target=_loop.run_forever, name="chat-memory-blocking", daemon=True
+            ).start()
     return asyncio.run_coroutine_threadsafe(coroutine, _loop).result()
 
 
@@ -44,7 +53,9 @@ class BlockingStore(Store):
 
     def __init__(self, store: AsyncStore) -> None:
         self.async_store = store
-        declared = getattr(store, "store", store)  # a ThreadedStore's sync store, or the native store
+        declared = getattr(
+            store, "store", store
+        )  # a ThreadedStore's sync store, or the native store
         for name in ("default_max_archived_events", "compaction_records_kept"):
             if hasattr(declared, name):
                 setattr(self, name, getattr(declared, name))
@@ -91,7 +102,10 @@ class BlockingStore(Store):
 
 class _CompactingBlockingStore(BlockingStore, CompactsWhileAppending):
     def append_compacting(
-        self, conversation_id: str, events: Sequence[Event], planner: Callable[[Snapshot], CompactionPlan | None]
+        self,
+        conversation_id: str,
+        events: Sequence[Event],
+        planner: Callable[[Snapshot], CompactionPlan | None],
     ) -> tuple[Snapshot, bool]:
         return run_blocking(self.async_store.append_compacting(conversation_id, events, planner))
 
@@ -102,7 +116,9 @@ class _AppendsWithoutWindow(AppendsWithoutWindow):
     def append_without_window(self, conversation_id: str, events: Sequence[Event]) -> list[Event]:
         return run_blocking(self.async_store.append_without_window(conversation_id, events))  # type: ignore[attr-defined]
 
-    def find_events(self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]) -> list[Event]:
+    def find_events(
+        self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]
+    ) -> list[Event]:
         return run_blocking(self.async_store.find_events(conversation_id, event_ids, tool_call_ids))  # type: ignore[attr-defined]
 
 
@@ -120,15 +136,19 @@ def blocking_store(store: AsyncStore) -> BlockingStore:
     """``store`` as a sync Store, declaring :class:`CompactsWhileAppending`,
     :class:`AppendsWithoutWindow` and :class:`Retracts` only when it can (the latter two: when
     it has both of their methods)."""
-    bases: list[type] = [_CompactingBlockingStore if store.compacts_while_appending else BlockingStore]
-    if all(callable(getattr(store, name, None)) for name in ("append_without_window", "find_events")):
+    bases: list[type] = [
+        _CompactingBlockingStore if store.compacts_while_appending else BlockingStore
+    ]
+    if all(
+        callable(getattr(store, name, None)) for name in ("append_without_window", "find_events")
+    ):
         bases.append(_AppendsWithoutWindow)
     if all(callable(getattr(store, name, None)) for name in ("retract", "retracted")):
         bases.append(_Retracts)
     return _combined(tuple(bases))(store)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _combined(bases: tuple[type, ...]) -> type[BlockingStore]:
     return bases[0] if len(bases) == 1 else type("BlockingStore", bases, {})  # type: ignore[return-value]
 
@@ -137,7 +157,13 @@ class BlockingMemory:
     """:class:`~chat_memory.ChatMemory`'s signature over :class:`AsyncChatMemory` (a sync
     store is put in a :class:`ThreadedStore`); the tools it returns are blocking too."""
 
-    def __init__(self, store: Store | AsyncStore, config: Any = None, summarizer: Any = None, token_counter: Any = None) -> None:
+    def __init__(
+        self,
+        store: Store | AsyncStore,
+        config: Any = None,
+        summarizer: Any = None,
+        token_counter: Any = None,
+    ) -> None:
         async_store = ThreadedStore(store) if isinstance(store, Store) else store
         self.async_memory = AsyncChatMemory(async_store, config, summarizer, token_counter)
 

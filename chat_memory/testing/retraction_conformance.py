@@ -40,7 +40,9 @@ def _seqs(events: Sequence[Event]) -> list[int]:
 
 
 def _archive_through(store: Store, cid: str, seq: int, **plan: Any) -> bool:
-    return store.apply(cid, CompactionPlan(store.load(cid).version, archive_through_seq=seq, **plan))
+    return store.apply(
+        cid, CompactionPlan(store.load(cid).version, archive_through_seq=seq, **plan)
+    )
 
 
 def _retracting(store: Store) -> Any:
@@ -58,7 +60,12 @@ class RetractionConformance:
 
     def test_retracts_from_the_window_and_from_the_archive(self, store: Store) -> None:
         store = _retracting(store)
-        events = [_user("alpha one"), _assistant("beta two"), _user("gamma three"), _assistant("delta four")]
+        events = [
+            _user("alpha one"),
+            _assistant("beta two"),
+            _user("gamma three"),
+            _assistant("delta four"),
+        ]
         store.append("c", events)
         assert _archive_through(store, "c", 2)
         version = store.load("c").version
@@ -66,17 +73,31 @@ class RetractionConformance:
         assert _seqs(taken) == [1, 3] and all(e.retracted and not e.archived for e in taken)
         assert [e.content for e in taken] == ["alpha one", "gamma three"]
         after = store.load("c")
-        assert after.version > version and _seqs(after.window.active) == [4] and after.archived_count == 1
-        assert _seqs(store.history("c")) == [2, 4] and not any(e.retracted for e in store.history("c"))
-        assert _found(store, "c", "alpha") == [] and _found(store, "c", "gamma") == [] and _found(store, "c", "beta") == [2]
-        assert _seqs(store.retracted("c")) == [1, 3] and all(e.retracted for e in store.retracted("c"))
+        assert (
+            after.version > version
+            and _seqs(after.window.active) == [4]
+            and after.archived_count == 1
+        )
+        assert _seqs(store.history("c")) == [2, 4] and not any(
+            e.retracted for e in store.history("c")
+        )
+        assert (
+            _found(store, "c", "alpha") == []
+            and _found(store, "c", "gamma") == []
+            and _found(store, "c", "beta") == [2]
+        )
+        assert _seqs(store.retracted("c")) == [1, 3] and all(
+            e.retracted for e in store.retracted("c")
+        )
         assert store.retracted("c")[0].content == "alpha one"
 
     def test_a_call_retracts_its_result_and_a_result_its_call(self, store: Store) -> None:
         store = _retracting(store)
         first_call, first_result = _call("k1"), _result("k1", "first result")
         second_call, second_result = _call("k2"), _result("k2", "second result")
-        store.append("c", [_user("q"), first_call, first_result, _user("again"), second_call, second_result])
+        store.append(
+            "c", [_user("q"), first_call, first_result, _user("again"), second_call, second_result]
+        )
         assert _archive_through(store, "c", 2)  # the first call archived, its result in the window
         assert _seqs(store.retract("c", [first_call.id])) == [2, 3]
         assert _seqs(store.retract("c", [second_result.id])) == [5, 6]
@@ -93,7 +114,9 @@ class RetractionConformance:
         assert store.retract("unknown conversation", [answer.id]) == []
         assert _seqs(store.retracted("c")) == [2] and _seqs(store.history("c")) == [1]
 
-    def test_pinned_events_and_summaries_are_refused_and_nothing_is_written(self, store: Store) -> None:
+    def test_pinned_events_and_summaries_are_refused_and_nothing_is_written(
+        self, store: Store
+    ) -> None:
         store = _retracting(store)
         pin, question, answer = Event.system("rules", tokens=1), _user("q"), _assistant("a")
         store.append("c", [pin, question, answer, _user("q2"), _assistant("a2")])
@@ -105,7 +128,9 @@ class RetractionConformance:
             with pytest.raises(InvalidInputError, match=refused.id):
                 store.retract("c", [question.id, refused.id])
         assert store.load("c") == before and store.retracted("c") == []
-        assert _archive_through(store, "c", 5, summary=Event.summary("newer", tokens=1))  # the old one archived
+        assert _archive_through(
+            store, "c", 5, summary=Event.summary("newer", tokens=1)
+        )  # the old one archived
         with pytest.raises(InvalidInputError, match=summary.id):
             store.retract("c", [summary.id])
 

@@ -12,19 +12,29 @@ from typing import Any
 PREFERENCES = "/memories/preferences.md"
 HEADING = "# User preferences"
 _STATES_PREFERENCE = re.compile(
-    r"\b(?:i (?:prefer|like|love|always want|want)|please always|remember that i)\b\s*(?P<what>[^.!?\n]+)", re.I
+    r"\b(?:i (?:prefer|like|love|always want|want)|please always|remember that i)\b\s*(?P<what>[^.!?\n]+)",
+    re.I,
 )
-_ASKS_PREFERENCE = re.compile(r"\b(prefer|preference|preferences|remember about me|what do you know about me)\b", re.I)
+_ASKS_PREFERENCE = re.compile(
+    r"\b(prefer|preference|preferences|remember about me|what do you know about me)\b", re.I
+)
 
 
-def memory_step(body: dict[str, Any], question: str, turn: list[tuple[dict[str, Any], dict[str, Any]]]) -> list[dict[str, Any]] | str | None:
+def memory_step(
+    body: dict[str, Any], question: str, turn: list[tuple[dict[str, Any], dict[str, Any]]]
+) -> list[dict[str, Any]] | str | None:
     """The next move with the memory tool: a ``tool_use`` block list, a final reply text, or
     None when memory has nothing to do with this request. ``turn`` holds this turn's
     (tool_use, tool_result) pairs of the memory tool, oldest first."""
     tools = body.get("tools", [])
-    if not any(t.get("name") == "memory" for t in tools) or body.get("tool_choice", {}).get("type") == "none":
+    if (
+        not any(t.get("name") == "memory" for t in tools)
+        or body.get("tool_choice", {}).get("type") == "none"
+    ):
         return None
-    viewed_root = _used_before(body, "view", "/memories") or any(_is(use, "view", "/memories") for use, _ in turn)
+    viewed_root = _used_before(body, "view", "/memories") or any(
+        _is(use, "view", "/memories") for use, _ in turn
+    )
     if not viewed_root:
         return [_use("view", path="/memories")]
     last_use, last_result = turn[-1] if turn else ({}, {})
@@ -32,13 +42,18 @@ def memory_step(body: dict[str, Any], question: str, turn: list[tuple[dict[str, 
     if PREFERENCES in listing and not any(_is(use, "view", PREFERENCES) for use, _ in turn):
         return [_use("view", path=PREFERENCES)]
     stated = _STATES_PREFERENCE.search(question)
-    wrote = any(use.get("input", {}).get("command") in ("create", "str_replace") and not _failed(res) for use, res in turn)
+    wrote = any(
+        use.get("input", {}).get("command") in ("create", "str_replace") and not _failed(res)
+        for use, res in turn
+    )
     if stated and not wrote:
         line = f"- {stated['what'].strip()}"
         exists = PREFERENCES in listing or _seen_file(body, turn)
         tried_replace = any(use.get("input", {}).get("command") == "str_replace" for use, _ in turn)
         if exists and not tried_replace:
-            return [_use("str_replace", path=PREFERENCES, old_str=HEADING, new_str=f"{HEADING}\n{line}")]
+            return [
+                _use("str_replace", path=PREFERENCES, old_str=HEADING, new_str=f"{HEADING}\n{line}")
+            ]
         return [_use("create", path=PREFERENCES, file_text=f"{HEADING}\n{line}\n")]
     if stated:
         return f"I'll remember that: {stated['what'].strip()}."
@@ -51,7 +66,12 @@ def memory_step(body: dict[str, Any], question: str, turn: list[tuple[dict[str, 
 
 
 def _use(command: str, **arguments: Any) -> dict[str, Any]:
-    return {"type": "tool_use", "id": f"toolu_{uuid.uuid4().hex[:24]}", "name": "memory", "input": {"command": command, **arguments}}
+    return {
+        "type": "tool_use",
+        "id": f"toolu_{uuid.uuid4().hex[:24]}",
+        "name": "memory",
+        "input": {"command": command, **arguments},
+    }
 
 
 def _is(use: dict[str, Any], command: str, path: str) -> bool:
@@ -90,7 +110,9 @@ def _used_before(body: dict[str, Any], command: str, path: str) -> bool:
 
 
 def _seen_file(body: dict[str, Any], turn: list[Any]) -> bool:
-    return any(f"content of {PREFERENCES}" in _text_of(result) for _, result in [*_pairs(body), *turn])
+    return any(
+        f"content of {PREFERENCES}" in _text_of(result) for _, result in [*_pairs(body), *turn]
+    )
 
 
 def _preference_lines(body: dict[str, Any]) -> list[str]:
@@ -99,9 +121,15 @@ def _preference_lines(body: dict[str, Any]) -> list[str]:
         text = _text_of(result)
         if _is(use, "view", PREFERENCES) and not _failed(result):
             notes = [m.group(1).strip() for m in re.finditer(r"^\s*\d+\t- (.+)$", text, re.M)]
-        elif use.get("input", {}).get("command") in ("create", "str_replace") and not _failed(result):
+        elif use.get("input", {}).get("command") in ("create", "str_replace") and not _failed(
+            result
+        ):
             given = use["input"].get("file_text") or use["input"].get("new_str") or ""
-            notes += [line[2:].strip() for line in given.splitlines() if line.startswith("- ") and line[2:].strip() not in notes]
+            notes += [
+                line[2:].strip()
+                for line in given.splitlines()
+                if line.startswith("- ") and line[2:].strip() not in notes
+            ]
     return notes
 
 
@@ -111,7 +139,9 @@ def turn_pairs(body: dict[str, Any]) -> list[tuple[dict[str, Any], dict[str, Any
     start = 0
     for i, message in enumerate(messages):
         content = message["content"]
-        if message["role"] == "user" and (isinstance(content, str) or any(b.get("type") == "text" for b in content)):
+        if message["role"] == "user" and (
+            isinstance(content, str) or any(b.get("type") == "text" for b in content)
+        ):
             start = i
     return _pairs({"messages": messages[start:]})
 

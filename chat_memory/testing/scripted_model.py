@@ -36,7 +36,9 @@ def search_keyword(question: str) -> str:
     longest word of the question that is not a stopword."""
     if re.search(r"\bfirst fact\b", question, re.I):
         return "first fact"
-    words = [w for w in re.findall(r"[\w/.-]+", question) if w.lower() not in _STOPWORDS and len(w) > 2]
+    words = [
+        w for w in re.findall(r"[\w/.-]+", question) if w.lower() not in _STOPWORDS and len(w) > 2
+    ]
     return max(words, key=len) if words else question.strip()
 
 
@@ -53,7 +55,9 @@ class ScriptedModel:
         body = json.loads(request.content)
         self.requests.append(body)
         content, stop_reason = self.answer(body)
-        return httpx2.Response(200, json=_message(body.get("model", "scripted"), content, stop_reason))
+        return httpx2.Response(
+            200, json=_message(body.get("model", "scripted"), content, stop_reason)
+        )
 
     def answer(self, body: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
         """The content blocks and stop reason for one request."""
@@ -65,9 +69,15 @@ class ScriptedModel:
         if isinstance(move, str):
             return [_text(move)], "end_turn"
         last = body["messages"][-1]
-        blocks = last["content"] if isinstance(last["content"], list) else [{"type": "text", "text": last["content"]}]
+        blocks = (
+            last["content"]
+            if isinstance(last["content"], list)
+            else [{"type": "text", "text": last["content"]}]
+        )
         memory_turn = turn_pairs(body)
-        if memory_turn and memory_turn[-1][1] in blocks:  # memory consulted, nothing more to do with it
+        if (
+            memory_turn and memory_turn[-1][1] in blocks
+        ):  # memory consulted, nothing more to do with it
             return [_text(_acknowledge(turn_question(body)))], "end_turn"
         results = [b for b in blocks if b.get("type") == "tool_result"]
         if results:
@@ -77,14 +87,21 @@ class ScriptedModel:
             return [_text(_acknowledge(question))], "end_turn"
         tool_names = {t.get("name") for t in body.get("tools", [])}
         may_use_tools = body.get("tool_choice", {}).get("type") != "none"
-        if "conversation_search" in tool_names and may_use_tools and _ASKS_ABOUT_EARLIER.search(question):
+        if (
+            "conversation_search" in tool_names
+            and may_use_tools
+            and _ASKS_ABOUT_EARLIER.search(question)
+        ):
             call = {
                 "type": "tool_use",
                 "id": f"toolu_{uuid.uuid4().hex[:24]}",
                 "name": "conversation_search",
                 "input": {"keyword": search_keyword(question)},
             }
-            return [_text("That was before what I can see now; let me search our conversation."), call], "tool_use"
+            return [
+                _text("That was before what I can see now; let me search our conversation."),
+                call,
+            ], "tool_use"
         return [_text(_acknowledge(question))], "end_turn"
 
 
@@ -105,9 +122,7 @@ def _answer_from(result: dict[str, Any], body: dict[str, Any]) -> str:
     hit = _HIT.search(content)
     if not hit:
         return f"I searched the conversation history for “{keyword}” and found nothing I said or you said about it."
-    return (
-        f"I searched the conversation history (conversation_search, “{keyword}”) and found it: you said “{hit['text']}”"
-    )
+    return f"I searched the conversation history (conversation_search, “{keyword}”) and found it: you said “{hit['text']}”"
 
 
 def _last_keyword(body: dict[str, Any]) -> str:
@@ -126,7 +141,10 @@ def _summary(body: dict[str, Any]) -> str:
     lines = found.group(1).splitlines() if found else []
     previous = re.search(r"<previous_summary>\n(.*?)\n</previous_summary>", text, re.S)
     kept = [] if not previous or previous.group(1) == "(none yet)" else [previous.group(1)]
-    return "\n".join(kept + [re.sub(r"^\[#\d+ [^\]]*\] ", "- ", line) for line in lines]) or "- (nothing)"
+    return (
+        "\n".join(kept + [re.sub(r"^\[#\d+ [^\]]*\] ", "- ", line) for line in lines])
+        or "- (nothing)"
+    )
 
 
 def _text(text: str) -> dict[str, Any]:
@@ -162,5 +180,7 @@ def scripted_client(model: ScriptedModel | None = None) -> Any:
 
     handler = model or ScriptedModel()
     return anthropic.Anthropic(
-        api_key=API_KEY, max_retries=0, http_client=httpx2.Client(transport=httpx2.MockTransport(handler))
+        api_key=API_KEY,
+        max_retries=0,
+        http_client=httpx2.Client(transport=httpx2.MockTransport(handler)),
     )

@@ -35,7 +35,13 @@ from typing import Any
 
 import pytest
 
-from ..backends.base import AppendsWithoutWindow, CompactionPlan, CompactsWhileAppending, Snapshot, Store
+from ..backends.base import (
+    AppendsWithoutWindow,
+    CompactionPlan,
+    CompactsWhileAppending,
+    Snapshot,
+    Store,
+)
 from ..errors import InvalidInputError
 from ..events import Event, EventType
 from ..search import SearchQuery
@@ -43,8 +49,21 @@ from .retraction_conformance import RetractionConformance
 
 #: Conversation ids that are data, never paths, patterns, hash tags or SQL wildcards.
 HOSTILE_IDS = (
-    "../etc/passwd", "*", "%", "_", "?", "[a]", "{tag}", "a}b{c", "quote'\"", "back\\slash",
-    "ключ-🗝", "a:b:c", "a/b", " ", "x" * 300,
+    "../etc/passwd",
+    "*",
+    "%",
+    "_",
+    "?",
+    "[a]",
+    "{tag}",
+    "a}b{c",
+    "quote'\"",
+    "back\\slash",
+    "ключ-🗝",
+    "a:b:c",
+    "a/b",
+    " ",
+    "x" * 300,
 )
 
 
@@ -104,7 +123,9 @@ class _Seen:
 
 
 def _archive_through(store: Store, cid: str, seq: int, **plan: Any) -> bool:
-    return store.apply(cid, CompactionPlan(store.load(cid).version, archive_through_seq=seq, **plan))
+    return store.apply(
+        cid, CompactionPlan(store.load(cid).version, archive_through_seq=seq, **plan)
+    )
 
 
 class StoreConformance(RetractionConformance):
@@ -114,7 +135,9 @@ class StoreConformance(RetractionConformance):
 
     @pytest.fixture
     def store(self) -> Store:
-        pytest.fail(f"{type(self).__name__} must define a `store` fixture that returns an empty store")
+        pytest.fail(
+            f"{type(self).__name__} must define a `store` fixture that returns an empty store"
+        )
 
     # -- load and append -------------------------------------------------------------------
 
@@ -141,20 +164,32 @@ class StoreConformance(RetractionConformance):
         assert [e.content for e in returned.appended(3)] == ["be brief", "question 2", "answer 2"]
 
     def test_appended_events_keep_their_fields(self, store: Store) -> None:
-        call = Event.tool_call("get_order", {"id": 4512, "nested": {"a": [1, "ü"]}}, call_id="c1",
-                               metadata={"k": "v"}, tokens=7)
-        result = Event.tool_result("c1", '{"status": "shipped"}', name="get_order", is_error=True, tokens=3)
+        call = Event.tool_call(
+            "get_order",
+            {"id": 4512, "nested": {"a": [1, "ü"]}},
+            call_id="c1",
+            metadata={"k": "v"},
+            tokens=7,
+        )
+        result = Event.tool_result(
+            "c1", '{"status": "shipped"}', name="get_order", is_error=True, tokens=3
+        )
         sent = [user("where is my order?"), call, result]
         store.append("c", sent)
         stored = store.history("c")
         assert [e.id for e in stored] == [e.id for e in sent]
         for original, kept in zip(sent, stored):
-            assert kept.model_dump(exclude={"seq", "archived"}) == original.model_dump(exclude={"seq", "archived"})
+            assert kept.model_dump(exclude={"seq", "archived"}) == original.model_dump(
+                exclude={"seq", "archived"}
+            )
             assert kept.archived is False
         assert stored[1].created_at.tzinfo is not None
 
     def test_system_events_are_pinned(self, store: Store) -> None:
-        snapshot = store.append("c", [system("rule one", "one"), user("hi"), system("rule two", "two"), assistant("hello")])
+        snapshot = store.append(
+            "c",
+            [system("rule one", "one"), user("hi"), system("rule two", "two"), assistant("hello")],
+        )
         window = snapshot.window
         assert [(e.seq, e.content) for e in window.pinned] == [(1, "rule one"), (3, "rule two")]
         assert [(e.seq, e.content) for e in window.active] == [(2, "hi"), (4, "hello")]
@@ -234,11 +269,19 @@ class StoreConformance(RetractionConformance):
         store.append("c", turn(2))
         before = _Seen.of(store, "c")
         assert store.apply("c", CompactionPlan(stale, archive_through_seq=2)) is False
-        assert store.apply("c", CompactionPlan(before.version + 1, archive_through_seq=2, summary=summary("s"))) is False
+        assert (
+            store.apply(
+                "c", CompactionPlan(before.version + 1, archive_through_seq=2, summary=summary("s"))
+            )
+            is False
+        )
         assert _Seen.of(store, "c") == before
 
     def test_apply_to_an_unknown_conversation_is_refused(self, store: Store) -> None:
-        assert store.apply("nobody", CompactionPlan(0, archive_through_seq=5, summary=summary("s"))) is False
+        assert (
+            store.apply("nobody", CompactionPlan(0, archive_through_seq=5, summary=summary("s")))
+            is False
+        )
         assert store.load("nobody") == Snapshot.empty("nobody") and store.conversations() == []
 
     def test_a_new_summary_replaces_the_old_one_which_is_archived(self, store: Store) -> None:
@@ -247,12 +290,22 @@ class StoreConformance(RetractionConformance):
         assert _archive_through(store, "c", 2, summary=summary("first summary"))
         snapshot = store.load("c")
         first = snapshot.window.summary
-        assert first is not None and first.content == "first summary" and first.type is EventType.SUMMARY
+        assert (
+            first is not None
+            and first.content == "first summary"
+            and first.type is EventType.SUMMARY
+        )
         assert first.seq == 7 and snapshot.last_seq == 7 and not first.archived
-        assert seqs(store.append("c", turn(3)).appended(2)) == [8, 9]  # seq continues after the summary
+        assert seqs(store.append("c", turn(3)).appended(2)) == [
+            8,
+            9,
+        ]  # seq continues after the summary
         assert _archive_through(store, "c", 4, summary=summary("second summary"))
         snapshot = store.load("c")
-        assert snapshot.window.summary is not None and snapshot.window.summary.content == "second summary"
+        assert (
+            snapshot.window.summary is not None
+            and snapshot.window.summary.content == "second summary"
+        )
         assert snapshot.window.summary.seq == 10
         assert seqs(snapshot.window.active) == [5, 6, 8, 9]
         history = store.history("c")
@@ -276,11 +329,16 @@ class StoreConformance(RetractionConformance):
         for n in range(1, kept_count + 3):
             store.append("c", turn(n + 2))
             version = store.load("c").version
-            assert store.apply("c", CompactionPlan(version, archive_through_seq=2 * n, record={"n": n, "why": "ß ✓"}))
+            assert store.apply(
+                "c",
+                CompactionPlan(version, archive_through_seq=2 * n, record={"n": n, "why": "ß ✓"}),
+            )
         kept = store.compactions("c")
         assert [r["n"] for r in kept] == list(range(3, kept_count + 3))
         assert kept[-1]["why"] == "ß ✓"
-        assert store.apply("c", CompactionPlan(store.load("c").version, archive_through_seq=0))  # no record given
+        assert store.apply(
+            "c", CompactionPlan(store.load("c").version, archive_through_seq=0)
+        )  # no record given
         assert len(store.compactions("c")) == kept_count
         assert store.compactions("other") == []
         store.clear("c")
@@ -295,7 +353,9 @@ class StoreConformance(RetractionConformance):
         history = store.history("c")
         assert [e.seq for e in history if e.archived] == [3, 4, 5, 6]
         assert seqs(history) == [3, 4, 5, 6, 7, 8, 9, 10]
-        assert store.search("c", query("question 0")).total == 0  # dropped events are not found either
+        assert (
+            store.search("c", query("question 0")).total == 0
+        )  # dropped events are not found either
         assert _archive_through(store, "c", 8, max_archived_events=0)
         assert store.load("c").archived_count == 0
         assert seqs(store.history("c")) == [9, 10]
@@ -310,12 +370,21 @@ class StoreConformance(RetractionConformance):
         history = store.history("c")
         assert seqs(history) == list(range(1, 9))
         assert [(e.type.value, e.archived) for e in history] == [
-            ("system", False), ("user", True), ("assistant", True), ("user", False),
-            ("assistant", False), ("summary", False), ("user", False), ("assistant", False),
+            ("system", False),
+            ("user", True),
+            ("assistant", True),
+            ("user", False),
+            ("assistant", False),
+            ("summary", False),
+            ("user", False),
+            ("assistant", False),
         ]
 
     def test_search_is_literal_and_case_insensitive(self, store: Store) -> None:
-        store.append("c", [user("Our service is code-named BLUEFIN."), assistant("Noted: Straße 50% off, a_b.")])
+        store.append(
+            "c",
+            [user("Our service is code-named BLUEFIN."), assistant("Noted: Straße 50% off, a_b.")],
+        )
         assert seqs(store.search("c", query("bluefin")).events) == [1]
         assert seqs(store.search("c", query("STRASSE")).events) == [2]  # case folding, not lower()
         assert store.search("c", query("50%")).total == 1
@@ -333,19 +402,30 @@ class StoreConformance(RetractionConformance):
         assert store.search("c", query("apple red", "phrase")).total == 0
 
     def test_search_covers_tool_calls_results_and_the_archive(self, store: Store) -> None:
-        store.append("c", [user("order?"), Event.tool_call("get_order", {"id": 4512}, call_id="c1", tokens=3),
-                           Event.tool_result("c1", "status SHIPPED", name="get_order", tokens=2)])
+        store.append(
+            "c",
+            [
+                user("order?"),
+                Event.tool_call("get_order", {"id": 4512}, call_id="c1", tokens=3),
+                Event.tool_result("c1", "status SHIPPED", name="get_order", tokens=2),
+            ],
+        )
         assert _archive_through(store, "c", 3)
         store.append("c", [user("shipped already?")])
         assert seqs(store.search("c", query("4512")).events) == [2]
         assert seqs(store.search("c", query("get_order")).events) == [2]
         result = store.search("c", query("shipped"))
-        assert seqs(result.events) == [3, 4] and [e.archived for e in result.events] == [True, False]
+        assert seqs(result.events) == [3, 4] and [e.archived for e in result.events] == [
+            True,
+            False,
+        ]
 
     def test_search_never_returns_system_events_or_summaries(self, store: Store) -> None:
         store.append("c", [system("secret rule"), user("a secret question"), assistant("ok")])
         assert _archive_through(store, "c", 3, summary=summary("secret summary one"))
-        assert _archive_through(store, "c", 3, summary=summary("secret summary two"))  # one archived summary
+        assert _archive_through(
+            store, "c", 3, summary=summary("secret summary two")
+        )  # one archived summary
         result = store.search("c", query("secret"))
         assert result.total == 1 and [e.content for e in result.events] == ["a secret question"]
 
@@ -363,7 +443,9 @@ class StoreConformance(RetractionConformance):
     def test_search_sees_one_conversation_only(self, store: Store) -> None:
         store.append("a", [user("shared word alpha")])
         store.append("b", [user("shared word beta")])
-        assert [e.content for e in store.search("a", query("shared")).events] == ["shared word alpha"]
+        assert [e.content for e in store.search("a", query("shared")).events] == [
+            "shared word alpha"
+        ]
         assert store.search("nobody", query("shared")).total == 0
 
     # -- bookkeeping -----------------------------------------------------------------------
@@ -398,7 +480,9 @@ class StoreConformance(RetractionConformance):
         for i, cid in enumerate(HOSTILE_IDS):
             store.append(cid, [user(f"message {i} of its own")])
         for i, cid in enumerate(HOSTILE_IDS):
-            assert [(e.seq, e.content) for e in store.history(cid)] == [(1, f"message {i} of its own")], cid
+            assert [(e.seq, e.content) for e in store.history(cid)] == [
+                (1, f"message {i} of its own")
+            ], cid
             assert store.search(cid, query("of its own")).total == 1, cid
         assert store.conversations() == sorted(HOSTILE_IDS)
         store.clear("*")
@@ -431,13 +515,24 @@ class StoreConformance(RetractionConformance):
             return None
 
         snapshot, applied = store.append_compacting("c", turn(2), no_plan)
-        assert not applied and seen == [snapshot] and snapshot.last_seq == 4 and snapshot == store.load("c")
+        assert (
+            not applied
+            and seen == [snapshot]
+            and snapshot.last_seq == 4
+            and snapshot == store.load("c")
+        )
 
         def archive_all_but_newest(snapshot: Snapshot) -> CompactionPlan:
-            return CompactionPlan(snapshot.version, archive_through_seq=snapshot.last_seq - 2, summary=summary("s"))
+            return CompactionPlan(
+                snapshot.version, archive_through_seq=snapshot.last_seq - 2, summary=summary("s")
+            )
 
         snapshot, applied = store.append_compacting("c", turn(3), archive_all_but_newest)
-        assert applied and snapshot.last_seq == 6 and seqs(snapshot.window.active) == [1, 2, 3, 4, 5, 6]
+        assert (
+            applied
+            and snapshot.last_seq == 6
+            and seqs(snapshot.window.active) == [1, 2, 3, 4, 5, 6]
+        )
         after = store.load("c")
         assert after.version > snapshot.version and after.archived_count == 4
         assert seqs(after.window.active) == [5, 6] and after.window.summary is not None
@@ -454,11 +549,18 @@ class StoreConformance(RetractionConformance):
         assert store.append_without_window("c", [call])[0].seq == 4  # stored once
         assert (store.load("c").version, store.load("c").last_seq) == (2, 4)
         result = Event.tool_result("k1", "done", tokens=1)
-        store.append("c", [result, user("later"), Event.tool_call("get", {}, call_id="k2", tokens=1)])
+        store.append(
+            "c", [result, user("later"), Event.tool_call("get", {}, call_id="k2", tokens=1)]
+        )
         assert _archive_through(store, "c", 5)
         found = store.find_events("c", [pin.id, question.id, "no such id"], ["k1", "k2", "k3"])
         # archived events are found by call id (marked), never by id; the pin is in the window
-        assert [(e.seq, e.archived) for e in found] == [(1, False), (4, True), (5, True), (7, False)]
+        assert [(e.seq, e.archived) for e in found] == [
+            (1, False),
+            (4, True),
+            (5, True),
+            (7, False),
+        ]
         assert [e.id for e in found[1:3]] == [call.id, result.id] and found[2].content == "done"
         assert [e.seq for e in store.find_tool_events("c", ["k1"])] == [4, 5]
         assert _archive_through(store, "c", 6, max_archived_events=2)  # drops seqs 2-4

@@ -16,8 +16,12 @@ from chat_memory.integrations.langflow.export import BUNDLE, COMPONENT_FILES, co
 from chat_memory.strategies import strategy_names
 
 NODES = json.loads(
-    subprocess.run([sys.executable, "-m", "chat_memory.host.cli", "nodes", "--json"], check=True,
-                   capture_output=True, text=True).stdout
+    subprocess.run(
+        [sys.executable, "-m", "chat_memory.host.cli", "nodes", "--json"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
 )
 MEMORY_NODES = {n["name"]: n for n in NODES if n["kind"] == "memory" and n["version"] == 2}
 TEMPLATES = component_templates()
@@ -44,7 +48,9 @@ def test_five_memory_components_one_per_node() -> None:
 @pytest.mark.parametrize("name", sorted(MEMORY_NODES))
 def test_fields_labels_defaults_types(name: str) -> None:
     node, template = MEMORY_NODES[name], TEMPLATES[name]
-    assert template["display_name"] == node["title"] and template["description"] == node["description"]
+    assert (
+        template["display_name"] == node["title"] and template["description"] == node["description"]
+    )
     props = node["parameters"]["properties"]
     fields = {k: v for k, v in template["template"].items() if isinstance(v, dict) and k != "code"}
     assert set(fields) == set(props)
@@ -63,7 +69,10 @@ def test_fields_labels_defaults_types(name: str) -> None:
     assert {k for k, f in fields.items() if f.get("real_time_refresh")} == controllers
     assert "compactionStrategy" in controllers
     assert [(o["name"], o["types"][0]) for o in template["outputs"]] == [
-        ("memory", "Memory"), ("window", "Message"), ("search_tool", "Tool")]
+        ("memory", "Memory"),
+        ("window", "Message"),
+        ("search_tool", "Tool"),
+    ]
 
 
 def _shown(prop: dict, values: dict) -> bool:
@@ -75,35 +84,49 @@ def _shown(prop: dict, values: dict) -> bool:
 def test_update_build_config_follows_show_if(name: str, strategy: str) -> None:
     node, template = MEMORY_NODES[name], TEMPLATES[name]
     props = node["parameters"]["properties"]
-    _, component = create_component_template({"code": (BUNDLE / COMPONENT_FILES[name]).read_text(), "output_types": []})
+    _, component = create_component_template(
+        {"code": (BUNDLE / COMPONENT_FILES[name]).read_text(), "output_types": []}
+    )
     for search, compress in ((True, True), (False, False)):
         build_config = json.loads(json.dumps(template["template"]))
         build_config["enableConversationSearchTool"]["value"] = search
         build_config["compressToolResults"]["value"] = compress
         result = component.update_build_config(build_config, strategy, "compactionStrategy")
         values = {k: p.get("default") for k, p in props.items()}
-        values.update(compactionStrategy=strategy, enableConversationSearchTool=search, compressToolResults=compress)
+        values.update(
+            compactionStrategy=strategy,
+            enableConversationSearchTool=search,
+            compressToolResults=compress,
+        )
         shown = {k for k in props if result[k]["show"]}
         assert shown == {k for k, p in props.items() if _shown(p, values)}, (strategy, search)
         assert {"maxTurns"} & shown == ({"maxTurns"} if strategy == "turn_window" else set())
 
 
 def test_validation_messages_are_ours() -> None:
-    _, component = create_component_template({"code": (BUNDLE / "builtin.py").read_text(), "output_types": []})
+    _, component = create_component_template(
+        {"code": (BUNDLE / "builtin.py").read_text(), "output_types": []}
+    )
     component.maxTurns = 0
     component.compactionStrategy = "turn_window"
     with pytest.raises(ConfigurationError, match=r"Max turns \(0\)"):
         component.settings()
     component.maxTurns, component.maxArchivedEvents = 3, "many"
-    with pytest.raises(ConfigurationError, match=r"Max archived events \('many'\) must be a whole number"):
+    with pytest.raises(
+        ConfigurationError, match=r"Max archived events \('many'\) must be a whole number"
+    ):
         component.settings()
 
 
 def test_in_memory_store_is_one_per_process() -> None:
     from langchain_core.messages import HumanMessage
 
-    _, first = create_component_template({"code": (BUNDLE / "in_memory.py").read_text(), "output_types": []})
-    _, second = create_component_template({"code": (BUNDLE / "in_memory.py").read_text(), "output_types": []})
+    _, first = create_component_template(
+        {"code": (BUNDLE / "in_memory.py").read_text(), "output_types": []}
+    )
+    _, second = create_component_template(
+        {"code": (BUNDLE / "in_memory.py").read_text(), "output_types": []}
+    )
     for c in (first, second):
         c.conversationId = "conv-1"
     first.build_message_history().add_messages([HumanMessage("remember K-7781")])
@@ -114,8 +137,16 @@ def test_in_memory_store_is_one_per_process() -> None:
 def test_manifest_in_package_and_discovered() -> None:
     from lfx.extension.discovery import discover_installed_extensions
 
-    found = [d for d in discover_installed_extensions()[0] if getattr(d, "extension_id", None) == "chat-memory"]
+    found = [
+        d
+        for d in discover_installed_extensions()[0]
+        if getattr(d, "extension_id", None) == "chat-memory"
+    ]
     assert found and Path(found[0].extension_root) == BUNDLE.parent
-    listing = subprocess.run([str(Path(sys.executable).parent / "lfx"), "extension", "list"],
-                             capture_output=True, text=True, check=True).stdout
+    listing = subprocess.run(
+        [str(Path(sys.executable).parent / "lfx"), "extension", "list"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert "chat-memory" in listing and "chat_memory" in listing

@@ -19,8 +19,13 @@ from chat_memory.integrations.langflow.export import component_templates
 
 PRIORITY_FIELDS = {"code", "template", "mode"}
 TEMPLATES = component_templates()
-MEMORY_COMPONENTS = {"chatMemory": "builtin", "jdbcChatMemory": "jdbc", "redisChatMemory": "redis",
-                     "awsS3ChatMemory": "s3", "inMemoryChatMemory": "memory"}
+MEMORY_COMPONENTS = {
+    "chatMemory": "builtin",
+    "jdbcChatMemory": "jdbc",
+    "redisChatMemory": "redis",
+    "awsS3ChatMemory": "s3",
+    "inMemoryChatMemory": "memory",
+}
 
 
 def sort_fields(a: str, b: str, field_order: list[str]) -> int:
@@ -43,7 +48,9 @@ def sort_fields(a: str, b: str, field_order: list[str]) -> int:
 def canvas_order(node: dict) -> list[str]:
     """The fields as the canvas lists them (the code field aside)."""
     names = [k for k, v in node["template"].items() if isinstance(v, dict) and k != "code"]
-    return sorted(names, key=functools.cmp_to_key(lambda a, b: sort_fields(a, b, node["field_order"])))
+    return sorted(
+        names, key=functools.cmp_to_key(lambda a, b: sort_fields(a, b, node["field_order"]))
+    )
 
 
 def test_the_port_orders_langflow_components_as_langflow_does() -> None:
@@ -51,7 +58,9 @@ def test_the_port_orders_langflow_components_as_langflow_does() -> None:
     from lfx.components.input_output import chat
 
     node, _ = create_component_template({"code": inspect.getsource(chat), "output_types": []})
-    assert canvas_order(node) == [n for n in node["field_order"] if n in node["template"] and n != "code"]
+    assert canvas_order(node) == [
+        n for n in node["field_order"] if n in node["template"] and n != "code"
+    ]
     # camelCase names listed once, as lfx lists them, fall back to alphabetical on the canvas
     names = [f.name for f in sorted(memory_node("builtin").fields, key=lambda f: f.order)]
     plain = {"template": TEMPLATES["chatMemory"]["template"], "field_order": names}
@@ -59,18 +68,24 @@ def test_the_port_orders_langflow_components_as_langflow_does() -> None:
 
 
 @pytest.mark.parametrize("component, storage", sorted(MEMORY_COMPONENTS.items()))
-def test_memory_fields_stand_in_the_order_a_user_fills_them_in(component: str, storage: str) -> None:
+def test_memory_fields_stand_in_the_order_a_user_fills_them_in(
+    component: str, storage: str
+) -> None:
     definition = memory_node(storage)
     expected = [f.name for f in sorted(definition.fields, key=lambda f: f.order)]
     assert canvas_order(TEMPLATES[component]) == expected
     assert expected[:4] == ["conversationId", "compactionStrategy", "maxEvents", "maxTurns"]
     # lfx's own lookups (exact names) see the same order
-    assert [n for n in TEMPLATES[component]["field_order"] if n in TEMPLATES[component]["template"]] == expected
+    assert [
+        n for n in TEMPLATES[component]["field_order"] if n in TEMPLATES[component]["template"]
+    ] == expected
 
 
 def test_memory_tool_fields_stand_in_the_order_a_user_fills_them_in() -> None:
     node = TEMPLATES["autoMemoryTool"]
     order = canvas_order(node)
     assert order[:4] == ["memoryOwner", "namespace", "chat_memory", "storage"]
-    connection = [f.name for f in sorted(auto_memory_tool_node().fields, key=lambda f: f.order) if f.show_if]
+    connection = [
+        f.name for f in sorted(auto_memory_tool_node().fields, key=lambda f: f.order) if f.show_if
+    ]
     assert [n for n in order if n in connection] == connection

@@ -12,14 +12,20 @@ from pathlib import Path
 
 import pytest
 
-MESSAGES = ("first fact: the deploy key is K-7781", "second fact: lunch is at noon", "What was the first fact I told you?")
+MESSAGES = (
+    "first fact: the deploy key is K-7781",
+    "second fact: lunch is at noon",
+    "What was the first fact I told you?",
+)
 
 
 def _export(tmp_path: Path, overrides: dict | None = None) -> Path:
     from chat_memory.integrations.langflow.export import export_langflow
 
     flow = tmp_path / "flow.json"
-    flow.write_text(json.dumps(export_langflow("compacting-chat", {"maxTurns": 1, **(overrides or {})})))
+    flow.write_text(
+        json.dumps(export_langflow("compacting-chat", {"maxTurns": 1, **(overrides or {})}))
+    )
     return flow
 
 
@@ -33,10 +39,23 @@ def test_cli_export_matches_exporter(exported: dict) -> None:
 
     flow = exported["compacting-chat"]
     assert [n["data"]["type"] for n in flow["data"]["nodes"]] == [
-        "ChatInput", "ChatMemoryAgent", "chatMemory", "ChatMemoryScriptedModel", "ChatOutput"]
-    memory = next(n for n in flow["data"]["nodes"] if n["data"]["type"] == "chatMemory")["data"]["node"]["template"]
-    assert memory["maxTurns"]["value"] == 3 and memory["compactionStrategy"]["value"] == "turn_window"
-    ours = next(n for n in export_langflow("compacting-chat")["data"]["nodes"] if n["data"]["type"] == "chatMemory")
+        "ChatInput",
+        "ChatMemoryAgent",
+        "chatMemory",
+        "ChatMemoryScriptedModel",
+        "ChatOutput",
+    ]
+    memory = next(n for n in flow["data"]["nodes"] if n["data"]["type"] == "chatMemory")["data"][
+        "node"
+    ]["template"]
+    assert (
+        memory["maxTurns"]["value"] == 3 and memory["compactionStrategy"]["value"] == "turn_window"
+    )
+    ours = next(
+        n
+        for n in export_langflow("compacting-chat")["data"]["nodes"]
+        if n["data"]["type"] == "chatMemory"
+    )
     assert memory == ours["data"]["node"]["template"]  # the command line is the exporter
 
 
@@ -47,7 +66,9 @@ def test_in_process_sqlite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     flow = _export(tmp_path)
     replies = []
     for message in MESSAGES:
-        results = run_flow_from_json(flow, input_value=message, session_id="conv-a", disable_logs=True)
+        results = run_flow_from_json(
+            flow, input_value=message, session_id="conv-a", disable_logs=True
+        )
         replies.append(results[0].outputs[0].results["message"].text)
     _check(replies)
     from chat_memory import ChatMemory, open_store
@@ -60,10 +81,26 @@ def test_in_process_sqlite(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
 def _lfx_run(flow: Path, env: dict[str, str]) -> list[str]:
     replies = []
     for message in MESSAGES:
-        done = subprocess.run([str(Path(sys.executable).parent / "lfx"), "run", "--session-id", "conv-b", str(flow), message],
-                              capture_output=True, text=True, env=env, timeout=180)
+        done = subprocess.run(
+            [
+                str(Path(sys.executable).parent / "lfx"),
+                "run",
+                "--session-id",
+                "conv-b",
+                str(flow),
+                message,
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=180,
+        )
         line = done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
-        result = json.loads(line) if line.startswith("{") else {"success": False, "stderr": done.stderr[-2000:]}
+        result = (
+            json.loads(line)
+            if line.startswith("{")
+            else {"success": False, "stderr": done.stderr[-2000:]}
+        )
         assert result.get("success"), result
         replies.append(result["result"])
     return replies
@@ -71,8 +108,11 @@ def _lfx_run(flow: Path, env: dict[str, str]) -> list[str]:
 
 @pytest.mark.full
 def test_lfx_run_sqlite_custom_components_disallowed(tmp_path: Path) -> None:
-    env = {**os.environ, "LANGFLOW_ALLOW_CUSTOM_COMPONENTS": "false",
-           "CHAT_MEMORY_URL": f"sqlite:///{tmp_path / 'memory.db'}"}
+    env = {
+        **os.environ,
+        "LANGFLOW_ALLOW_CUSTOM_COMPONENTS": "false",
+        "CHAT_MEMORY_URL": f"sqlite:///{tmp_path / 'memory.db'}",
+    }
     _check(_lfx_run(_export(tmp_path), env))
 
 

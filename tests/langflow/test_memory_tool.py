@@ -13,7 +13,12 @@ from lfx.custom.utils import create_component_template
 
 from chat_memory.components import auto_memory_tool_node
 from chat_memory.errors import ConfigurationError
-from chat_memory.integrations.langflow.export import BUNDLE, COMPONENT_FILES, component_templates, export_langflow
+from chat_memory.integrations.langflow.export import (
+    BUNDLE,
+    COMPONENT_FILES,
+    component_templates,
+    export_langflow,
+)
 from chat_memory.integrations.langflow.memory_tool import SESSION_ID, USER_ID
 from chat_memory.longterm import long_term_memory
 
@@ -22,8 +27,9 @@ TEMPLATE = component_templates()["autoMemoryTool"]
 
 
 def _component() -> Any:
-    _, component = create_component_template({"code": (BUNDLE / COMPONENT_FILES["autoMemoryTool"]).read_text(),
-                                              "output_types": []})
+    _, component = create_component_template(
+        {"code": (BUNDLE / COMPONENT_FILES["autoMemoryTool"]).read_text(), "output_types": []}
+    )
     return component
 
 
@@ -35,8 +41,14 @@ def test_fields_come_from_the_node_definition() -> None:
         if spec.name != "namespace":
             assert fields[spec.name]["display_name"] == spec.label, spec.name
             assert fields[spec.name]["show"] == spec.is_shown(NODE.defaults()), spec.name
-    assert fields["memoryOwner"]["options"] == [USER_ID, SESSION_ID] and fields["memoryOwner"]["value"] == USER_ID
-    assert fields["namespace"]["display_name"] == "User ID" and fields["namespace"]["override_skip"] is True
+    assert (
+        fields["memoryOwner"]["options"] == [USER_ID, SESSION_ID]
+        and fields["memoryOwner"]["value"] == USER_ID
+    )
+    assert (
+        fields["namespace"]["display_name"] == "User ID"
+        and fields["namespace"]["override_skip"] is True
+    )
     assert [(o["name"], o["types"][0]) for o in TEMPLATE["outputs"]] == [("tool", "Tool")]
     secrets = {k for k, f in fields.items() if f.get("_input_type") == "SecretStrInput"}
     assert secrets == {"jdbcUrl", "redisUrl", "s3EndpointUrl"}
@@ -50,21 +62,31 @@ def test_update_build_config_shows_the_chosen_storage_and_whose_memory(storage: 
     shown = {k for k in connection if result[k]["show"]}
     expected = {f.name for f in NODE.fields if f.show_if == {"storage": [storage]}}
     assert shown == expected
-    assert _component().update_build_config(config, SESSION_ID, "memoryOwner")["namespace"]["show"] is False
-    assert _component().update_build_config(config, USER_ID, "memoryOwner")["namespace"]["show"] is True
+    assert (
+        _component().update_build_config(config, SESSION_ID, "memoryOwner")["namespace"]["show"]
+        is False
+    )
+    assert (
+        _component().update_build_config(config, USER_ID, "memoryOwner")["namespace"]["show"]
+        is True
+    )
 
 
 def test_a_blank_user_id_is_refused_naming_the_field() -> None:
     component = _component()
     component.storage = "memory"
-    with pytest.raises(ConfigurationError, match=r"User ID \(''\) is blank: .*Whose memory to 'Session ID'"):
+    with pytest.raises(
+        ConfigurationError, match=r"User ID \(''\) is blank: .*Whose memory to 'Session ID'"
+    ):
         component.build_tool()
 
 
 def test_storage_chat_memory_needs_the_wired_chat_memory() -> None:
     component = _component()
     component.namespace = "user-42"
-    with pytest.raises(ConfigurationError, match=r"Chat Memory \(nothing wired\) must be a Chat Memory component"):
+    with pytest.raises(
+        ConfigurationError, match=r"Chat Memory \(nothing wired\) must be a Chat Memory component"
+    ):
         component.build_tool()
 
 
@@ -74,10 +96,14 @@ def test_another_storage_keeps_the_notes_there(tmp_path: Path) -> None:
     component.namespace, component.storage, component.jdbcUrl = "user-42", "jdbc", url
     tool = component.build_tool()
     assert tool.name == "memory"
-    assert "File created successfully" in tool.invoke({"command": "create", "path": "/memories/a.md", "file_text": "hi"})
+    assert "File created successfully" in tool.invoke(
+        {"command": "create", "path": "/memories/a.md", "file_text": "hi"}
+    )
     assert "hi" in long_term_memory(url, "user-42").view("/memories/a.md")
     # a malformed call is an error answer for the model, not a failed run
-    refused = tool.invoke({"name": "memory", "args": {"command": "explode"}, "id": "c1", "type": "tool_call"})
+    refused = tool.invoke(
+        {"name": "memory", "args": {"command": "explode"}, "id": "c1", "type": "tool_call"}
+    )
     assert refused.status == "error" and "Unknown command" in refused.content
 
 
@@ -88,11 +114,17 @@ def _run(flow: Path, session: str, message: str) -> str:
     return results[0].outputs[0].results["message"].text
 
 
-def test_whose_memory_session_keeps_notes_per_session(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_whose_memory_session_keeps_notes_per_session(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("CHAT_MEMORY_URL", f"sqlite:///{tmp_path / 'memory.db'}")
     flow = tmp_path / "flow.json"
-    flow.write_text(json.dumps(export_langflow("remembering-chat", tool_overrides={"memoryOwner": SESSION_ID})))
-    assert "I'll remember that: answers in French" in _run(flow, "alice", "I prefer answers in French.")
+    flow.write_text(
+        json.dumps(export_langflow("remembering-chat", tool_overrides={"memoryOwner": SESSION_ID}))
+    )
+    assert "I'll remember that: answers in French" in _run(
+        flow, "alice", "I prefer answers in French."
+    )
     assert "no saved preferences" in _run(flow, "bob", "What do you know about my preferences?")
     assert "answers in French" in _run(flow, "alice", "What do you know about my preferences?")
 

@@ -44,7 +44,11 @@ def test_export_sets_and_shows_every_setting_of_the_template(template: str, expo
         assert fields[name]["value"] == value, name
         assert fields[name]["show"] is True, name  # on the canvas, as the template sets it
     # the fields a strategy can hide reach the component even when hidden
-    hideable = [name for name, f in fields.items() if isinstance(f, dict) and f.get("dynamic") and name != "code"]
+    hideable = [
+        name
+        for name, f in fields.items()
+        if isinstance(f, dict) and f.get("dynamic") and name != "code"
+    ]
     assert "maxTurns" in hideable and all(fields[name]["override_skip"] for name in hideable)
 
 
@@ -62,7 +66,9 @@ def _run_in_process(flow: dict, tmp_path: Path, conversation: str) -> list[str]:
     path.write_text(json.dumps(flow))
     replies = []
     for message in (*FACTS, QUESTION):
-        results = run_flow_from_json(path, input_value=message, session_id=conversation, disable_logs=True)
+        results = run_flow_from_json(
+            path, input_value=message, session_id=conversation, disable_logs=True
+        )
         replies.append(results[0].outputs[0].results["message"].text)
     return replies
 
@@ -93,7 +99,9 @@ def test_a_value_the_strategy_does_not_use_is_left_out(recwarn: pytest.WarningsR
 
     from chat_memory.integrations.langflow.export import BUNDLE
 
-    _, component = create_component_template({"code": (BUNDLE / "builtin.py").read_text(), "output_types": []})
+    _, component = create_component_template(
+        {"code": (BUNDLE / "builtin.py").read_text(), "output_types": []}
+    )
     component.compactionStrategy, component.maxTurns, component.maxEvents = "sliding_window", 3, 7
     config = component.settings().config
     assert (config.max_events, config.max_turns) == (7, 10)
@@ -133,7 +141,9 @@ def test_lfx_run_compacting_chat_archives_the_first_fact_after_five_messages_red
     _compacting_chat_under_lfx_run(exported, tmp_path, redis_url)
 
 
-def test_lfx_run_remembering_chat_remembers_a_preference_in_a_second_session(exported: dict, tmp_path: Path) -> None:
+def test_lfx_run_remembering_chat_remembers_a_preference_in_a_second_session(
+    exported: dict, tmp_path: Path
+) -> None:
     url = f"sqlite:///{tmp_path / 'memory.db'}"
     flow = copy.deepcopy(exported["remembering-chat"])
     types = [n["data"]["type"] for n in flow["data"]["nodes"]]
@@ -149,6 +159,8 @@ def test_lfx_run_remembering_chat_remembers_a_preference_in_a_second_session(exp
     assert "your preferences: answers in French" in answer, answer
     with open_store(url) as store:
         notes = long_term_memory(store, "user-42").view("/memories/preferences.md")
-        tuesday = [e.content for e in ChatMemory(store).history("tuesday") if e.type.value == "user"]
+        tuesday = [
+            e.content for e in ChatMemory(store).history("tuesday") if e.type.value == "user"
+        ]
     assert "answers in French" in notes
     assert tuesday == [ASK_PREFERENCES]  # a new conversation: only the notes carried the preference

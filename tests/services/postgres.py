@@ -21,7 +21,9 @@ class PostgresUnavailable(RuntimeError):
 
 def postgres_bin() -> Path:
     """The newest installed PostgreSQL's bin folder (Debian keeps them off PATH)."""
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(Path(p).parent.parent.name))
+    found = sorted(
+        glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(Path(p).parent.parent.name)
+    )
     if found:
         return Path(found[-1]).parent
     initdb = shutil.which("initdb")
@@ -58,7 +60,9 @@ class PostgresServer:
         return subprocess.run(command, capture_output=True, text=True, timeout=60)
 
     def stop(self) -> None:
-        self._as_postgres(str(self.bin / "pg_ctl"), "-D", str(self.root / "data"), "-m", "immediate", "-w", "stop")
+        self._as_postgres(
+            str(self.bin / "pg_ctl"), "-D", str(self.root / "data"), "-m", "immediate", "-w", "stop"
+        )
         shutil.rmtree(self.root, ignore_errors=True)
 
 
@@ -72,12 +76,22 @@ def start_postgres(max_connections: int = 300) -> PostgresServer:
         try:
             user = pwd.getpwnam("postgres")
         except KeyError:
-            raise PostgresUnavailable("user 'postgres' is missing; run scripts/install-system-packages") from None
+            raise PostgresUnavailable(
+                "user 'postgres' is missing; run scripts/install-system-packages"
+            ) from None
         for path in (root, root / "sock"):
             os.chown(path, user.pw_uid, user.pw_gid)
     server = PostgresServer(root=root, port=free_port(), bin=bin_dir)
     init = server._as_postgres(
-        str(bin_dir / "initdb"), "-D", str(root / "data"), "-U", "postgres", "--auth=trust", "-E", "UTF8", "--no-sync"
+        str(bin_dir / "initdb"),
+        "-D",
+        str(root / "data"),
+        "-U",
+        "postgres",
+        "--auth=trust",
+        "-E",
+        "UTF8",
+        "--no-sync",
     )
     if init.returncode != 0:
         shutil.rmtree(root, ignore_errors=True)
@@ -87,7 +101,15 @@ def start_postgres(max_connections: int = 300) -> PostgresServer:
         f"-c synchronous_commit=off -c full_page_writes=off -c max_connections={max_connections}"
     )
     started = server._as_postgres(
-        str(bin_dir / "pg_ctl"), "-D", str(root / "data"), "-l", str(root / "log"), "-w", "start", "-o", options
+        str(bin_dir / "pg_ctl"),
+        "-D",
+        str(root / "data"),
+        "-l",
+        str(root / "log"),
+        "-w",
+        "start",
+        "-o",
+        options,
     )
     if started.returncode != 0:
         log = (root / "log").read_text() if (root / "log").exists() else ""

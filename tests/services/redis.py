@@ -24,7 +24,9 @@ def binary(name: str) -> str:
     """Path of a Redis binary, or a clear failure naming how to install it."""
     path = shutil.which(name)
     if path is None:
-        raise RedisUnavailable(f"{name} is not installed; run scripts/install-system-packages (Debian: redis-server, redis-tools)")
+        raise RedisUnavailable(
+            f"{name} is not installed; run scripts/install-system-packages (Debian: redis-server, redis-tools)"
+        )
     return path
 
 
@@ -93,8 +95,20 @@ def start_redis(*extra: str, root: Path | None = None, port: int | None = None) 
     root.mkdir(parents=True, exist_ok=True)
     port = port or free_port()
     command = [
-        server_binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-        "--dir", str(root), "--logfile", str(root / "redis.log"), *extra,
+        server_binary,
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(root),
+        "--logfile",
+        str(root / "redis.log"),
+        *extra,
     ]
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     server = RedisServer(port, root, process, owns_root)
@@ -130,7 +144,10 @@ class RedisClusterServers:
 
 def _cluster_ok(port: int) -> bool:
     result = subprocess.run(
-        [binary("redis-cli"), "-p", str(port), "cluster", "info"], capture_output=True, text=True, timeout=10
+        [binary("redis-cli"), "-p", str(port), "cluster", "info"],
+        capture_output=True,
+        text=True,
+        timeout=10,
     )
     return "cluster_state:ok" in result.stdout
 
@@ -147,19 +164,37 @@ def start_cluster(*extra: str, size: int = 3) -> RedisClusterServers:
             folder = root / f"node{i}"
             cluster.nodes.append(
                 start_redis(
-                    "--cluster-enabled", "yes", "--cluster-config-file", str(folder / "nodes.conf"),
-                    "--cluster-node-timeout", "2000", *extra, root=folder,
+                    "--cluster-enabled",
+                    "yes",
+                    "--cluster-config-file",
+                    str(folder / "nodes.conf"),
+                    "--cluster-node-timeout",
+                    "2000",
+                    *extra,
+                    root=folder,
                 )
             )
         for node in cluster.nodes:
             node.owns_root = False
         addresses = [f"127.0.0.1:{node.port}" for node in cluster.nodes]
         created = subprocess.run(
-            [binary("redis-cli"), "--cluster", "create", *addresses, "--cluster-replicas", "0", "--cluster-yes"],
-            capture_output=True, text=True, timeout=60,
+            [
+                binary("redis-cli"),
+                "--cluster",
+                "create",
+                *addresses,
+                "--cluster-replicas",
+                "0",
+                "--cluster-yes",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
         if created.returncode != 0:
-            raise RedisUnavailable(f"redis-cli --cluster create failed:\n{created.stdout}\n{created.stderr}")
+            raise RedisUnavailable(
+                f"redis-cli --cluster create failed:\n{created.stdout}\n{created.stderr}"
+            )
         deadline = time.monotonic() + START_TIMEOUT
         while not all(_cluster_ok(node.port) for node in cluster.nodes):
             if time.monotonic() > deadline:

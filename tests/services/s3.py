@@ -30,7 +30,13 @@ def make_moto_writes_atomic() -> None:
     if getattr(S3Response, "_chat_memory_atomic", False):
         return
     lock = threading.RLock()
-    for name in ("put_object", "get_object", "head_object", "delete_object", "_bucket_response_delete_keys"):
+    for name in (
+        "put_object",
+        "get_object",
+        "head_object",
+        "delete_object",
+        "_bucket_response_delete_keys",
+    ):
         original = getattr(S3Response, name)
 
         @functools.wraps(original)

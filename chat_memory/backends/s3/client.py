@@ -31,7 +31,9 @@ def parse_location(url: str) -> tuple[str, str, str]:
         raise ConfigurationError(f"S3 store URL ({redact_url(url)!r}) must start with s3://")
     bucket = parts.netloc
     if len(bucket) < 3 or "@" in bucket:
-        raise ConfigurationError(f"S3 store URL ({redact_url(url)!r}) must name a bucket of 3 or more characters: s3://bucket/prefix")
+        raise ConfigurationError(
+            f"S3 store URL ({redact_url(url)!r}) must name a bucket of 3 or more characters: s3://bucket/prefix"
+        )
     return bucket, unquote(parts.path), parts.query
 
 
@@ -55,7 +57,9 @@ def make_client(
         import boto3
         from botocore.config import Config
     except ModuleNotFoundError as exc:
-        raise ConfigurationError(f"the driver for s3:// is missing ({exc.name}); pip install 'chat-memory[s3]'") from exc
+        raise ConfigurationError(
+            f"the driver for s3:// is missing ({exc.name}); pip install 'chat-memory[s3]'"
+        ) from exc
     if addressing_style is None and endpoint_url:
         # self-hosted endpoints (MinIO, moto, an IP) rarely resolve bucket subdomains
         addressing_style = "path"
@@ -67,7 +71,9 @@ def make_client(
     with _session_lock:
         if _session is None:
             _session = boto3.session.Session()
-        return _session.client("s3", endpoint_url=endpoint_url, region_name=region_name, config=config, **credentials)
+        return _session.client(
+            "s3", endpoint_url=endpoint_url, region_name=region_name, config=config, **credentials
+        )
 
 
 def endpoint_credentials(endpoint_url: str) -> tuple[str, dict[str, str]]:

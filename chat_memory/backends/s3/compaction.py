@@ -26,7 +26,11 @@ class Compacting(ConversationObjects):
     archive_cap: Callable[[CompactionPlan], int | None]
 
     def _write_compacted(
-        self, head: Head, etag: str | None, plan: CompactionPlan, window: list[list[Event]] | None = None
+        self,
+        head: Head,
+        etag: str | None,
+        plan: CompactionPlan,
+        window: list[list[Event]] | None = None,
     ) -> bool | None:
         """Store ``head`` (as read, or with events appended) with ``plan`` applied: new archive
         segments first, then the head with If-Match ``etag`` (the stored head's). ``window``
@@ -72,7 +76,9 @@ class Compacting(ConversationObjects):
                 segments=tuple(segments),
                 unpinned=(),
                 compaction_error=None,
-                compactions=(*head.compactions, plan.record)[-self.compaction_records_kept :] if plan.record else head.compactions,
+                compactions=(*head.compactions, plan.record)[-self.compaction_records_kept :]
+                if plan.record
+                else head.compactions,
             )
             updated = self._sealed(updated, written)
         except SegmentGone:
@@ -87,7 +93,9 @@ class Compacting(ConversationObjects):
         if not won:
             self._delete_quietly(written)
             return None
-        self._delete_quietly([self.layout.segment_key(head, ref) for ref in (*retired, *retired_window)])
+        self._delete_quietly(
+            [self.layout.segment_key(head, ref) for ref in (*retired, *retired_window)]
+        )
         return True
 
     def _rearchive(
@@ -115,7 +123,13 @@ class Compacting(ConversationObjects):
         for chunk in chunks(merged, self.segment_events):
             first, last = chunk[0].seq or 0, chunk[-1].seq or 0
             name = segment_name(first, last, version)
-            ref = SegmentRef(name=name, first_seq=first, last_seq=last, count=len(chunk), bloom=bloom_of(chunk, calls_only=True))
+            ref = SegmentRef(
+                name=name,
+                first_seq=first,
+                last_seq=last,
+                count=len(chunk),
+                bloom=bloom_of(chunk, calls_only=True),
+            )
             key = self.layout.segment_key(head, ref)
             self._write_segment(key, chunk)
             written.append(key)

@@ -49,7 +49,6 @@ from ..base import Snapshot
 from ..migrations import Migration, StoredFormat
 
 
-
 def _add_window(doc: dict[str, Any]) -> dict[str, Any]:
     return {**doc, "format": 2, "window": doc.get("window", [])}
 
@@ -173,7 +172,9 @@ class SegmentRef:
     @classmethod
     def from_json(cls, item: list[Any], bloom: str | None = None) -> SegmentRef:
         name, first_seq, last_seq, count, skip = item[:5]
-        return cls(name=name, first_seq=first_seq, last_seq=last_seq, count=count, skip=skip, bloom=bloom)
+        return cls(
+            name=name, first_seq=first_seq, last_seq=last_seq, count=count, skip=skip, bloom=bloom
+        )
 
 
 def id_key(event_id: str) -> str:
@@ -188,7 +189,10 @@ def bloom_keys(event: Event) -> list[str]:
     """What a segment's Bloom filter holds for ``event``: its id, and the ``tool_call_id`` of
     a tool call or result."""
     keys = [id_key(event.id)]
-    if event.type in (EventType.TOOL_CALL, EventType.TOOL_RESULT) and event.tool_call_id is not None:
+    if (
+        event.type in (EventType.TOOL_CALL, EventType.TOOL_RESULT)
+        and event.tool_call_id is not None
+    ):
         keys.append(call_key(event.tool_call_id))
     return keys
 
@@ -202,7 +206,12 @@ def bloom_of(events: Sequence[Event], calls_only: bool = False) -> str:
     """The base64 Bloom filter of the events' keys (:func:`bloom_keys`; only the call ids when
     ``calls_only``: archived events are looked up by call id, never by id). Empty when there
     are no keys."""
-    keys = [key for event in events for key in bloom_keys(event) if not calls_only or key.startswith("c:")]
+    keys = [
+        key
+        for event in events
+        for key in bloom_keys(event)
+        if not calls_only or key.startswith("c:")
+    ]
     if not keys:
         return ""
     size = max(64, -(-BLOOM_BITS_PER_KEY * len(keys) // 64) * 64)
@@ -263,7 +272,9 @@ class Head:
             conversation_id=self.conversation_id,
             version=self.version,
             last_seq=self.last_seq,
-            window=Window(pinned=self.pinned, summary=self.summary, active=(*window_events, *self.active)),
+            window=Window(
+                pinned=self.pinned, summary=self.summary, active=(*window_events, *self.active)
+            ),
             archived_count=self.archived_count,
             compaction_error=self.compaction_error,
         )
@@ -344,12 +355,18 @@ class Segment:
         """Gzipped JSON: segments are written once and read whole, and chat text shrinks
         several times, so compaction sends and search fetches a fraction of the bytes."""
         doc = {"format": SEGMENT_FORMAT.current, "events": self.events, "text": self.text}
-        return gzip.compress(json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8"), 6, mtime=0)
+        return gzip.compress(
+            json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode("utf-8"), 6, mtime=0
+        )
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str = "S3 archive segment") -> Segment:
         """Parse a stored segment, upgrading an older format (``where`` names it in errors)."""
-        doc = _document(json.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data), SEGMENT_FORMAT, where)
+        doc = _document(
+            json.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data),
+            SEGMENT_FORMAT,
+            where,
+        )
         return cls(events=doc["events"], text=doc["text"])
 
     def live_events(self, skip: int) -> list[Event]:
@@ -359,14 +376,18 @@ class Segment:
 def _document(doc: Any, stored: StoredFormat[dict[str, Any]], where: str) -> dict[str, Any]:
     """A stored JSON object brought up to the current format."""
     if not isinstance(doc, dict) or "format" not in doc:
-        raise SchemaError(f"{where} is not a chat-memory {stored.name} (a JSON object with a format field)")
+        raise SchemaError(
+            f"{where} is not a chat-memory {stored.name} (a JSON object with a format field)"
+        )
     return stored.upgrade(doc, doc["format"], where)
 
 
 # -- archive bookkeeping (pure) ------------------------------------------------------------
 
 
-def merge_start(segments: Sequence[SegmentRef], batch_first_seq: int, batch_count: int, segment_events: int) -> int:
+def merge_start(
+    segments: Sequence[SegmentRef], batch_first_seq: int, batch_count: int, segment_events: int
+) -> int:
     """Index of the first trailing segment to rewrite together with a new batch.
 
     Trailing segments are folded in like the carries of a binary counter: while the last one

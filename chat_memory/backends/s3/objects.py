@@ -22,7 +22,17 @@ from ..bookkeeping import archived_copy, tool_events
 from ..failures import Backoff
 from .cache import HeadCache
 from .client import is_conflict, is_missing, was_retried
-from .layout import Head, Layout, Segment, SegmentRef, bloom_of, call_key, chunks, id_key, window_segment_name
+from .layout import (
+    Head,
+    Layout,
+    Segment,
+    SegmentRef,
+    bloom_of,
+    call_key,
+    chunks,
+    id_key,
+    window_segment_name,
+)
 
 T = TypeVar("T")
 
@@ -38,7 +48,6 @@ _TOOL_TYPES = frozenset({EventType.TOOL_CALL.value, EventType.TOOL_RESULT.value}
 
 class SegmentGone(Exception):
     """A segment listed by the head we read no longer exists (a newer head dropped it)."""
-
 
 
 class ConversationObjects:
@@ -63,7 +72,9 @@ class ConversationObjects:
             raise
         head = Head.from_bytes(response["Body"].read(), f"S3 head object {self.layout.head(cid)!r}")
         if head.conversation_id != cid:
-            raise StorageError(f"S3 head {self.layout.head(cid)!r} belongs to {head.conversation_id!r}, not {cid!r}")
+            raise StorageError(
+                f"S3 head {self.layout.head(cid)!r} belongs to {head.conversation_id!r}, not {cid!r}"
+            )
         self._heads.put(cid, head, response.get("ETag"))
         return head, response["ETag"]
 
@@ -131,9 +142,10 @@ class ConversationObjects:
             batch = keys[start : start + 1000]
             try:
                 self.client.delete_objects(
-                    Bucket=self.bucket, Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True}
+                    Bucket=self.bucket,
+                    Delete={"Objects": [{"Key": k} for k in batch], "Quiet": True},
                 )
-            except Exception:  # noqa: BLE001 - an orphaned segment is harmless
+            except Exception:
                 pass
 
     def _consistently(self, cid: str, read: Callable[[Head], T]) -> T:
@@ -146,7 +158,9 @@ class ConversationObjects:
                 return read(found[0] if found else Head.new(cid))
             except SegmentGone:
                 time.sleep(delay)
-        raise ConcurrencyError(f"reading the archive of conversation {cid!r} kept racing with compactions")
+        raise ConcurrencyError(
+            f"reading the archive of conversation {cid!r} kept racing with compactions"
+        )
 
     def _with_archive(self, cid: str, read: Callable[[Head, list[Segment], list[Event]], T]) -> T:
         """Read the head, its archive segments and its window's events, consistently."""
@@ -161,7 +175,10 @@ class ConversationObjects:
 
     def _read_window_parts(self, head: Head) -> list[list[Event]]:
         """The live events of each of the head's window segments (raises :class:`SegmentGone`)."""
-        return [seg.live_events(ref.skip) for ref, seg in zip(head.window, self._read_segments(head, head.window))]
+        return [
+            seg.live_events(ref.skip)
+            for ref, seg in zip(head.window, self._read_segments(head, head.window))
+        ]
 
     def _read_window(self, head: Head) -> list[Event]:
         """The active events of the window segments, in seq order (the head holds the rest)."""
@@ -179,7 +196,13 @@ class ConversationObjects:
         jobs: list[tuple[str, list[Event]]] = []
         for chunk in chunks(head.active[:cut], size):
             first, last = chunk[0].seq or 0, chunk[-1].seq or 0
-            ref = SegmentRef(window_segment_name(first, last, head.version), first, last, len(chunk), bloom=bloom_of(chunk))
+            ref = SegmentRef(
+                window_segment_name(first, last, head.version),
+                first,
+                last,
+                len(chunk),
+                bloom=bloom_of(chunk),
+            )
             key = self.layout.segment_key(head, ref)
             written.append(key)
             jobs.append((key, chunk))
@@ -242,7 +265,11 @@ class ConversationObjects:
             return []
         found = tool_events(head.active, wanted)
         many = len(wanted) > LOOKUP_LIMIT
-        refs = [ref for ref in (*head.window, *head.segments) if many or any(ref.may_hold(call_key(c)) for c in wanted)]
+        refs = [
+            ref
+            for ref in (*head.window, *head.segments)
+            if many or any(ref.may_hold(call_key(c)) for c in wanted)
+        ]
         archived = {ref.name for ref in head.segments}
         for ref, segment in zip(refs, self._read_segments(head, refs)):
             for raw in segment.events[ref.skip :]:

@@ -19,7 +19,17 @@ from collections.abc import Callable, Collection, Sequence
 
 from ...events import Event
 from ..bookkeeping import retracted_copy, retraction_targets
-from .layout import Head, Segment, SegmentRef, bloom_of, call_key, chunks, id_key, segment_name, window_segment_name
+from .layout import (
+    Head,
+    Segment,
+    SegmentRef,
+    bloom_of,
+    call_key,
+    chunks,
+    id_key,
+    segment_name,
+    window_segment_name,
+)
 from .objects import LOOKUP_LIMIT, ConversationObjects, SegmentGone
 
 
@@ -82,18 +92,39 @@ class Retracting(ConversationObjects):
         missing = wanted - {e.id for e in pool}
         if missing and head.window:
             many = len(missing) > LOOKUP_LIMIT
-            refs = [ref for ref in head.window if many or any(ref.may_hold(id_key(i)) for i in missing)]
-            pool += [e for ref, seg in zip(refs, segments(refs)) for e in _live(seg, ref) if e.id in missing]
+            refs = [
+                ref for ref in head.window if many or any(ref.may_hold(id_key(i)) for i in missing)
+            ]
+            pool += [
+                e
+                for ref, seg in zip(refs, segments(refs))
+                for e in _live(seg, ref)
+                if e.id in missing
+            ]
             missing -= {e.id for e in pool}
         if missing and head.segments:
             # archive filters hold call ids only (adds never look archived ids up): read it all
-            pool += [e for ref, seg in zip(head.segments, segments(head.segments)) for e in _live(seg, ref) if e.id in missing]
+            pool += [
+                e
+                for ref, seg in zip(head.segments, segments(head.segments))
+                for e in _live(seg, ref)
+                if e.id in missing
+            ]
         # the partners: in the tail, or in the segments whose filter may hold their call id
         calls = {e.tool_call_id for e in pool if e.tool_call_id is not None}
         pool += [e for e in head.active if e.tool_call_id in calls]
         many = len(calls) > LOOKUP_LIMIT
-        refs = [r for r in (*head.window, *head.segments) if calls and (many or any(r.may_hold(call_key(c)) for c in calls))]
-        pool += [e for ref, seg in zip(refs, segments(refs)) for e in _live(seg, ref) if e.tool_call_id in calls]
+        refs = [
+            r
+            for r in (*head.window, *head.segments)
+            if calls and (many or any(r.may_hold(call_key(c)) for c in calls))
+        ]
+        pool += [
+            e
+            for ref, seg in zip(refs, segments(refs))
+            for e in _live(seg, ref)
+            if e.tool_call_id in calls
+        ]
         targets = retraction_targets(pool, wanted)  # raises for a pinned event or a summary
         if not targets:
             return []
@@ -102,8 +133,12 @@ class Retracting(ConversationObjects):
         written: list[str] = []
         retired: list[SegmentRef] = []
         try:
-            window = self._without(head, head.window, seqs, segments, retired, written, version, archive=False)
-            archive = self._without(head, head.segments, seqs, segments, retired, written, version, archive=True)
+            window = self._without(
+                head, head.window, seqs, segments, retired, written, version, archive=False
+            )
+            archive = self._without(
+                head, head.segments, seqs, segments, retired, written, version, archive=True
+            )
             taken = [retracted_copy(e) for e in targets]
             kept_retracted = self._file_retracted(head, taken, retired, written, version)
         except BaseException:
@@ -136,7 +171,11 @@ class Retracting(ConversationObjects):
     ) -> list[SegmentRef]:
         """The manifest ``refs`` with the events of ``seqs`` taken out: the segments whose seq
         range holds one are read and rewritten without them (dropped when nothing is left)."""
-        touched = [ref for ref in refs if any(s is not None and ref.first_seq <= s <= ref.last_seq for s in seqs)]
+        touched = [
+            ref
+            for ref in refs
+            if any(s is not None and ref.first_seq <= s <= ref.last_seq for s in seqs)
+        ]
         contents = dict(zip((ref.name for ref in touched), segments(touched)))
         result: list[SegmentRef] = []
         for ref in refs:
@@ -161,19 +200,30 @@ class Retracting(ConversationObjects):
         return result
 
     def _file_retracted(
-        self, head: Head, taken: list[Event], retired: list[SegmentRef], written: list[str], version: int
+        self,
+        head: Head,
+        taken: list[Event],
+        retired: list[SegmentRef],
+        written: list[str],
+        version: int,
     ) -> list[SegmentRef]:
         """The retracted manifest with ``taken`` filed: folded with the trailing retracted
         segments no bigger than it (those are added to ``retired``), in new segments."""
         refs = list(head.retracted)
         start = fold_start(refs, len(taken), self.segment_events)
         folded = refs[start:]
-        old = [e for ref, seg in zip(folded, self._read_segments(head, folded)) for e in _live(seg, ref)]
+        old = [
+            e
+            for ref, seg in zip(folded, self._read_segments(head, folded))
+            for e in _live(seg, ref)
+        ]
         retired += folded
         kept = refs[:start]
         for chunk in chunks(sorted([*old, *taken], key=lambda e: e.seq or 0), self.segment_events):
             first, last = chunk[0].seq or 0, chunk[-1].seq or 0
-            ref = SegmentRef(retracted_segment_name(first, last, version), first, last, len(chunk), bloom="")
+            ref = SegmentRef(
+                retracted_segment_name(first, last, version), first, last, len(chunk), bloom=""
+            )
             key = self.layout.segment_key(head, ref)
             written.append(key)
             self._write_segment(key, chunk)
@@ -191,4 +241,3 @@ class Retracting(ConversationObjects):
 
 def _live(segment: Segment, ref: SegmentRef) -> list[Event]:
     return segment.live_events(ref.skip)
-

@@ -15,8 +15,8 @@ from ...events import Event
 from ...pins import superseded
 from ...search import SearchQuery, SearchResult, search_text
 from ..base import (
-    Backoff,
     AppendsWithoutWindow,
+    Backoff,
     CompactionPlan,
     CompactsWhileAppending,
     ConnectionField,
@@ -44,7 +44,9 @@ _CLIENT_OPTIONS = ("endpoint_url", "region_name", "addressing_style", "max_attem
 _OBJECT_KEYWORDS = frozenset({"client", "owns_client", "backoff", "read_workers"})
 
 
-class S3Store(Compacting, Retracting, CompactsWhileAppending, AppendsWithoutWindow, Retracts, Store):
+class S3Store(
+    Compacting, Retracting, CompactsWhileAppending, AppendsWithoutWindow, Retracts, Store
+):
     """Conversations in an S3 bucket (or anything that speaks S3 conditional writes).
 
     Every change to a conversation is one ``PutObject`` of its head with ``If-Match`` (or
@@ -83,11 +85,23 @@ class S3Store(Compacting, Retracting, CompactsWhileAppending, AppendsWithoutWind
         "Chat memory in an S3 bucket (conditional writes).",
         "s3",
         fields=(
-            ConnectionField("bucket", "Bucket", "S3 bucket (created when missing).", required=True, min_length=3),
-            ConnectionField("prefix", "Key prefix", "Folder inside the bucket.", default="chat-memory"),
-            ConnectionField("region", "Region", "AWS region; empty uses the usual AWS configuration.", advanced=True),
             ConnectionField(
-                "endpointUrl", "Endpoint URL", "For S3-compatible services, e.g. http://127.0.0.1:9000.", advanced=True
+                "bucket", "Bucket", "S3 bucket (created when missing).", required=True, min_length=3
+            ),
+            ConnectionField(
+                "prefix", "Key prefix", "Folder inside the bucket.", default="chat-memory"
+            ),
+            ConnectionField(
+                "region",
+                "Region",
+                "AWS region; empty uses the usual AWS configuration.",
+                advanced=True,
+            ),
+            ConnectionField(
+                "endpointUrl",
+                "Endpoint URL",
+                "For S3-compatible services, e.g. http://127.0.0.1:9000.",
+                advanced=True,
             ),
         ),
         order=30,
@@ -128,7 +142,9 @@ class S3Store(Compacting, Retracting, CompactsWhileAppending, AppendsWithoutWind
             except ChatMemoryError:
                 raise
             except Exception as exc:
-                raise StorageError(f"S3Store could not reach or create bucket {bucket!r}: {exc}") from exc
+                raise StorageError(
+                    f"S3Store could not reach or create bucket {bucket!r}: {exc}"
+                ) from exc
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> S3Store:
@@ -139,7 +155,9 @@ class S3Store(Compacting, Retracting, CompactsWhileAppending, AppendsWithoutWind
         unknown = sorted(set(options) - {o.name for o in cls.url_options} - _OBJECT_KEYWORDS)
         if unknown:
             known = ", ".join(sorted({*(o.name for o in cls.url_options), *_OBJECT_KEYWORDS}))
-            raise ConfigurationError(f"S3 store option ({unknown[0]!r}) is not supported; known options: {known}")
+            raise ConfigurationError(
+                f"S3 store option ({unknown[0]!r}) is not supported; known options: {known}"
+            )
         settings, _ = cls.url_settings(query, options)
         settings.update({name: options[name] for name in _OBJECT_KEYWORDS if name in options})
         if "region" in settings:
@@ -153,7 +171,10 @@ class S3Store(Compacting, Retracting, CompactsWhileAppending, AppendsWithoutWind
     @classmethod
     def node_target(cls, connection: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
         prefix = quote(str(connection.get("prefix") or "").strip("/"), safe="/")
-        options = {"region": connection.get("region"), "endpoint_url": connection.get("endpointUrl")}
+        options = {
+            "region": connection.get("region"),
+            "endpoint_url": connection.get("endpointUrl"),
+        }
         query = urlencode({key: value for key, value in options.items() if value not in (None, "")})
         return f"s3://{connection['bucket']}/{prefix}" + (f"?{query}" if query else ""), {}
 
@@ -200,12 +221,18 @@ class S3Store(Compacting, Retracting, CompactsWhileAppending, AppendsWithoutWind
             updated = self._appended(head, events, known.values())
             if updated is not head and not self._commit(updated, etag):
                 return None
-            fresh = {e.id: e for e in (*updated.unpinned, *updated.pinned, *updated.active) if (e.seq or 0) > head.last_seq}
+            fresh = {
+                e.id: e
+                for e in (*updated.unpinned, *updated.pinned, *updated.active)
+                if (e.seq or 0) > head.last_seq
+            }
             return [known.get(e.id) or fresh[e.id] for e in events]
 
         return self.backoff.run(attempt, what=f"append to conversation {cid!r}")
 
-    def find_events(self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]) -> list[Event]:
+    def find_events(
+        self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]
+    ) -> list[Event]:
         """The window events with one of ``event_ids`` and the tool events (archived ones
         marked) with one of ``tool_call_ids``: the head, and only the segments whose Bloom
         filter may hold one of them."""
@@ -223,7 +250,10 @@ class S3Store(Compacting, Retracting, CompactsWhileAppending, AppendsWithoutWind
         return self.find_events(conversation_id, (), tool_call_ids)
 
     def append_compacting(
-        self, conversation_id: str, events: Sequence[Event], planner: Callable[[Snapshot], CompactionPlan | None]
+        self,
+        conversation_id: str,
+        events: Sequence[Event],
+        planner: Callable[[Snapshot], CompactionPlan | None],
     ) -> tuple[Snapshot, bool]:
         cid = check_conversation_id(conversation_id)
         events = list(events)
@@ -290,7 +320,9 @@ class S3Store(Compacting, Retracting, CompactsWhileAppending, AppendsWithoutWind
         cid = check_conversation_id(conversation_id)
 
         def read(head: Head, segments: list[Segment], window: list[Event]) -> list[Event]:
-            everything = [e for ref, seg in zip(head.segments, segments) for e in seg.live_events(ref.skip)]
+            everything = [
+                e for ref, seg in zip(head.segments, segments) for e in seg.live_events(ref.skip)
+            ]
             everything += [*head.pinned, *head.unpinned, *window, *head.active]
             if head.summary is not None:
                 everything.append(head.summary)
@@ -326,7 +358,9 @@ class S3Store(Compacting, Retracting, CompactsWhileAppending, AppendsWithoutWind
         without them (see :mod:`.retraction`)."""
         cid = check_conversation_id(conversation_id)
         if isinstance(event_ids, str):
-            raise InvalidInputError(f"event_ids must be a collection of event ids, not the string {event_ids!r}")
+            raise InvalidInputError(
+                f"event_ids must be a collection of event ids, not the string {event_ids!r}"
+            )
         ids = list(event_ids)
         for event_id in ids:
             if not isinstance(event_id, str):
@@ -364,7 +398,9 @@ class S3Store(Compacting, Retracting, CompactsWhileAppending, AppendsWithoutWind
         prefix = self.layout.segments(cid, found[0].generation)
         keys = [
             obj["Key"]
-            for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=prefix)
+            for page in self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=prefix
+            )
             for obj in page.get("Contents", [])
         ]
         self._delete_quietly(keys)
@@ -372,7 +408,9 @@ class S3Store(Compacting, Retracting, CompactsWhileAppending, AppendsWithoutWind
     def conversations(self) -> list[str]:
         ids: list[str] = []
         heads = self.layout.heads
-        for page in self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=heads):
+        for page in self.client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.bucket, Prefix=heads
+        ):
             for obj in page.get("Contents", []):
                 name = obj["Key"][len(heads) :]
                 cid = conversation_id_of(name)

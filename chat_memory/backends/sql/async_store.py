@@ -113,14 +113,18 @@ class AsyncSQLStore(AsyncStore):
         else:
             raise ConfigurationError(f"engine ({engine!r}) must be a SQLAlchemy URL or AsyncEngine")
         self.ops = SQLOperations(
-            table_prefix, max_archived_events=max_archived_events, compaction_records_kept=self.compaction_records_kept
+            table_prefix,
+            max_archived_events=max_archived_events,
+            compaction_records_kept=self.compaction_records_kept,
         )
         self.tables: Tables = self.ops.tables
         self.default_max_archived_events = self.ops.max_archived_events
         self.retry = retry or Backoff()
         self._dialect = self.engine.dialect.name
         # one shared connection (in-memory SQLite) allows no concurrency of its own
-        self._serialised: Any = asyncio.Lock() if isinstance(self.engine.pool, StaticPool) else nullcontext()
+        self._serialised: Any = (
+            asyncio.Lock() if isinstance(self.engine.pool, StaticPool) else nullcontext()
+        )
         # SQLite has one writer at a time: writers of this store queue here and take the lock
         # as soon as it is free, instead of each holding a pooled connection inside SQLite's
         # busy handler, which polls with sleeps of up to 100 ms (other processes still wait there)
@@ -139,7 +143,9 @@ class AsyncSQLStore(AsyncStore):
     def driver_modules_for(cls, scheme: str) -> tuple[str, ...]:
         dialect, driver = _dialect_and_driver(scheme)
         if dialect == "postgresql":
-            return ("greenlet", "psycopg") if driver in ("", "psycopg", "psycopg2") else ("greenlet",)
+            return (
+                ("greenlet", "psycopg") if driver in ("", "psycopg", "psycopg2") else ("greenlet",)
+            )
         return cls.driver_modules
 
     @classmethod
@@ -205,39 +211,64 @@ class AsyncSQLStore(AsyncStore):
     async def append(self, conversation_id: str, events: Sequence[Event]) -> Snapshot:
         cid = check_conversation_id(conversation_id)
         await self._ready()
-        return await self._write(self.ops.append, cid, list(events), what=f"append to conversation {cid!r}")
+        return await self._write(
+            self.ops.append, cid, list(events), what=f"append to conversation {cid!r}"
+        )
 
-    async def append_without_window(self, conversation_id: str, events: Sequence[Event]) -> list[Event]:
+    async def append_without_window(
+        self, conversation_id: str, events: Sequence[Event]
+    ) -> list[Event]:
         """:meth:`SQLStore.append_without_window <chat_memory.backends.sql.SQLStore.append_without_window>`."""
         cid = check_conversation_id(conversation_id)
         await self._ready()
-        return await self._write(self.ops.append_without_window, cid, list(events), what=f"append to conversation {cid!r}")
+        return await self._write(
+            self.ops.append_without_window,
+            cid,
+            list(events),
+            what=f"append to conversation {cid!r}",
+        )
 
     async def append_compacting(
-        self, conversation_id: str, events: Sequence[Event], planner: Callable[[Snapshot], CompactionPlan | None]
+        self,
+        conversation_id: str,
+        events: Sequence[Event],
+        planner: Callable[[Snapshot], CompactionPlan | None],
     ) -> tuple[Snapshot, bool]:
         """Append and compact in one transaction (the planner runs inside it: it is pure)."""
         cid = check_conversation_id(conversation_id)
         await self._ready()
         return await self._write(
-            self.ops.append_compacting, cid, list(events), planner, what=f"append to conversation {cid!r}"
+            self.ops.append_compacting,
+            cid,
+            list(events),
+            planner,
+            what=f"append to conversation {cid!r}",
         )
 
     async def apply(self, conversation_id: str, plan: CompactionPlan) -> bool:
         cid = check_conversation_id(conversation_id)
         await self._ready()
-        return await self._write(self.ops.apply, cid, plan, what=f"compaction of conversation {cid!r}")
+        return await self._write(
+            self.ops.apply, cid, plan, what=f"compaction of conversation {cid!r}"
+        )
 
     async def record_compaction_error(self, conversation_id: str, message: str | None) -> None:
         cid = check_conversation_id(conversation_id)
         await self._ready()
-        await self._write(self.ops.record_compaction_error, cid, message, what=f"recording the compaction error of {cid!r}")
+        await self._write(
+            self.ops.record_compaction_error,
+            cid,
+            message,
+            what=f"recording the compaction error of {cid!r}",
+        )
 
     async def retract(self, conversation_id: str, event_ids: Collection[str]) -> list[Event]:
         """:meth:`SQLStore.retract <chat_memory.backends.sql.SQLStore.retract>`: one transaction."""
         cid = check_conversation_id(conversation_id)
         await self._ready()
-        return await self._write(self.ops.retract, cid, list(event_ids), what=f"retraction in conversation {cid!r}")
+        return await self._write(
+            self.ops.retract, cid, list(event_ids), what=f"retraction in conversation {cid!r}"
+        )
 
     async def retracted(self, conversation_id: str) -> list[Event]:
         return await self._read(self.ops.retracted, check_conversation_id(conversation_id))
@@ -255,12 +286,20 @@ class AsyncSQLStore(AsyncStore):
     async def history(self, conversation_id: str) -> list[Event]:
         return await self._read(self.ops.history, check_conversation_id(conversation_id))
 
-    async def find_tool_events(self, conversation_id: str, tool_call_ids: Collection[str]) -> list[Event]:
-        return await self._read(self.ops.find_tool_events, check_conversation_id(conversation_id), tool_call_ids)
+    async def find_tool_events(
+        self, conversation_id: str, tool_call_ids: Collection[str]
+    ) -> list[Event]:
+        return await self._read(
+            self.ops.find_tool_events, check_conversation_id(conversation_id), tool_call_ids
+        )
 
-    async def find_events(self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]) -> list[Event]:
+    async def find_events(
+        self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]
+    ) -> list[Event]:
         """:meth:`SQLStore.find_events <chat_memory.backends.sql.SQLStore.find_events>`."""
-        return await self._read(self.ops.find_events, check_conversation_id(conversation_id), event_ids, tool_call_ids)
+        return await self._read(
+            self.ops.find_events, check_conversation_id(conversation_id), event_ids, tool_call_ids
+        )
 
     async def search(self, conversation_id: str, query: SearchQuery) -> SearchResult:
         return await self._read(self.ops.search, check_conversation_id(conversation_id), query)

@@ -50,7 +50,11 @@ def url_query(url: str) -> str:
     password may hold an unencoded ``?`` or ``#``, which ``urlsplit`` takes for the start of
     the query or of a fragment (and so would lose ``table_prefix``)."""
     return urlencode(
-        [(name, value) for name, values in parse_sql_url(url).query.items() for value in _as_tuple(values)]
+        [
+            (name, value)
+            for name, values in parse_sql_url(url).query.items()
+            for value in _as_tuple(values)
+        ]
     )
 
 
@@ -89,7 +93,9 @@ def is_in_memory_sqlite(url: sa.URL) -> bool:
     return url.get_backend_name() == "sqlite" and (url.database or ":memory:") == ":memory:"
 
 
-def hide_secret_options(url: sa.URL, engine_options: dict[str, Any]) -> tuple[sa.URL, dict[str, Any]]:
+def hide_secret_options(
+    url: sa.URL, engine_options: dict[str, Any]
+) -> tuple[sa.URL, dict[str, Any]]:
     """``url`` without its secret query options (``?password=``, ``sslpassword=``, …: see
     :func:`~chat_memory.backends.urls.is_secret_option`), which move to ``connect_args``
     (the driver gets the same keywords: SQLAlchemy's dialects pass the query to ``connect()``
@@ -101,7 +107,10 @@ def hide_secret_options(url: sa.URL, engine_options: dict[str, Any]) -> tuple[sa
         if not isinstance(values, str):
             raise ConfigurationError(f"store URL option {name} is given more than once")
     given = dict(engine_options.get("connect_args", {}))
-    return url.difference_update_query(list(secret)), {**engine_options, "connect_args": {**secret, **given}}
+    return url.difference_update_query(list(secret)), {
+        **engine_options,
+        "connect_args": {**secret, **given},
+    }
 
 
 def engine_arguments(url: sa.URL, engine_options: dict[str, Any]) -> dict[str, Any]:
@@ -144,7 +153,9 @@ def adopt_engine(engine: sa.Engine, engine_options: dict[str, Any]) -> None:
     """Check a caller's engine (engine keywords apply only to a URL) and give SQLite the
     store's transaction control (see :func:`prepare_sqlite_engine`)."""
     if engine_options:
-        raise ConfigurationError(f"engine options ({', '.join(engine_options)}) apply only when given a URL")
+        raise ConfigurationError(
+            f"engine options ({', '.join(engine_options)}) apply only when given a URL"
+        )
     if engine.dialect.name == "sqlite":
         prepare_sqlite_engine(engine, wal=not is_in_memory_sqlite(engine.url))
 
@@ -181,7 +192,9 @@ class Transactions:
     def __init__(self, engine: sa.Engine) -> None:
         self.engine = engine
         self.dialect = engine.dialect.name
-        self._lock: threading.RLock | None = threading.RLock() if isinstance(engine.pool, StaticPool) else None
+        self._lock: threading.RLock | None = (
+            threading.RLock() if isinstance(engine.pool, StaticPool) else None
+        )
         self._pid = os.getpid()
 
     def _serialised(self) -> Any:

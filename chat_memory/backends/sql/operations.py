@@ -23,7 +23,15 @@ from ...errors import ConfigurationError
 from ...events import Event, EventType, Window
 from ...pins import superseded
 from ...search import RECALL_MARK, MatchMode, SearchQuery, SearchResult, search_text
-from ..base import CompactionPlan, Snapshot, number, retracted_copy, retraction_targets, split_appended, unstored
+from ..base import (
+    CompactionPlan,
+    Snapshot,
+    number,
+    retracted_copy,
+    retraction_targets,
+    split_appended,
+    unstored,
+)
 from .engine import lock_schema
 from .schema import build_tables, ensure_schema, row_key, stored_message, stored_search_text
 
@@ -50,11 +58,17 @@ class SQLOperations:
     locked with ``SELECT … FOR UPDATE``; SQLite's ``BEGIN IMMEDIATE`` holds the database
     lock already); reads expect any transaction."""
 
-    def __init__(self, table_prefix: str, *, max_archived_events: int | None, compaction_records_kept: int) -> None:
+    def __init__(
+        self, table_prefix: str, *, max_archived_events: int | None, compaction_records_kept: int
+    ) -> None:
         if max_archived_events is not None and (
-            isinstance(max_archived_events, bool) or not isinstance(max_archived_events, int) or max_archived_events < 0
+            isinstance(max_archived_events, bool)
+            or not isinstance(max_archived_events, int)
+            or max_archived_events < 0
         ):
-            raise ConfigurationError(f"max_archived_events ({max_archived_events!r}) must be 0 or more, or None")
+            raise ConfigurationError(
+                f"max_archived_events ({max_archived_events!r}) must be 0 or more, or None"
+            )
         self.tables = tables = build_tables(table_prefix)
         #: The archive cap of a plan that names none (None: unbounded).
         self.max_archived_events = max_archived_events
@@ -66,12 +80,20 @@ class SQLOperations:
         self._bump = (
             conversations.update()
             .where(conversations.c.id == sa.bindparam("b_ref"))
-            .values(last_seq=sa.bindparam("b_last_seq"), version=sa.bindparam("b_version"), updated_at=sa.bindparam("b_now"))
+            .values(
+                last_seq=sa.bindparam("b_last_seq"),
+                version=sa.bindparam("b_version"),
+                updated_at=sa.bindparam("b_now"),
+            )
         )
         self._swap = (
             conversations.update()
             .where(by_key, conversations.c.version == sa.bindparam("expected_version"))
-            .values(version=conversations.c.version + 1, compaction_error=None, updated_at=sa.bindparam("b_now"))
+            .values(
+                version=conversations.c.version + 1,
+                compaction_error=None,
+                updated_at=sa.bindparam("b_now"),
+            )
         )
         self._archive_through = (
             events.update()
@@ -84,7 +106,10 @@ class SQLOperations:
             .values(archived=True)
         )
         joined = conversations.outerjoin(
-            events, sa.and_(events.c.conversation_ref == conversations.c.id, events.c.archived == sa.false())
+            events,
+            sa.and_(
+                events.c.conversation_ref == conversations.c.id, events.c.archived == sa.false()
+            ),
         )
         self.window = (
             sa.select(
@@ -102,13 +127,19 @@ class SQLOperations:
 
     def _ref(self, cid: str) -> Any:
         conversations = self.tables.conversations
-        return sa.select(conversations.c.id).where(conversations.c.conversation_key == conversation_key(cid)).scalar_subquery()
+        return (
+            sa.select(conversations.c.id)
+            .where(conversations.c.conversation_key == conversation_key(cid))
+            .scalar_subquery()
+        )
 
     def _conversation_row(self, connection: sa.Connection, cid: str, *, lock: bool) -> Any:
         query = self._row_for_update if lock else self._row
         return connection.execute(query, {"b_key": conversation_key(cid)}).first()
 
-    def _event_rows(self, ref: int, events: Sequence[Event], first_seq: int) -> list[dict[str, Any]]:
+    def _event_rows(
+        self, ref: int, events: Sequence[Event], first_seq: int
+    ) -> list[dict[str, Any]]:
         rows = []
         for seq, event in enumerate(events, start=first_seq):
             stored = event.model_copy(update={"seq": seq, "archived": False})
@@ -132,7 +163,10 @@ class SQLOperations:
 
     @staticmethod
     def _events(rows: Any) -> list[Event]:
-        return [Event.from_json(row.body).model_copy(update={"archived": bool(row.archived)}) for row in rows]
+        return [
+            Event.from_json(row.body).model_copy(update={"archived": bool(row.archived)})
+            for row in rows
+        ]
 
     # -- schema ------------------------------------------------------------------------------
 
@@ -173,33 +207,51 @@ class SQLOperations:
 
     def history(self, connection: sa.Connection, cid: str) -> list[Event]:
         events = self.tables.events
-        query = sa.select(events.c.archived, events.c.body).where(events.c.conversation_ref == self._ref(cid))
+        query = sa.select(events.c.archived, events.c.body).where(
+            events.c.conversation_ref == self._ref(cid)
+        )
         return self._events(connection.execute(query.order_by(events.c.seq)))
 
-    def find_tool_events(self, connection: sa.Connection, cid: str, tool_call_ids: Collection[str]) -> list[Event]:
+    def find_tool_events(
+        self, connection: sa.Connection, cid: str, tool_call_ids: Collection[str]
+    ) -> list[Event]:
         """By the ``(conversation, call_key)`` index, archived rows included; only the rows of
         the ids asked for are read (each checked against its body)."""
         return self.find_events(connection, cid, (), tool_call_ids)
 
     def find_events(
-        self, connection: sa.Connection, cid: str, event_ids: Collection[str], tool_call_ids: Collection[str]
+        self,
+        connection: sa.Connection,
+        cid: str,
+        event_ids: Collection[str],
+        tool_call_ids: Collection[str],
     ) -> list[Event]:
         """The window events with one of ``event_ids`` and the tool events (archived included)
         with one of ``tool_call_ids``, by the ``event_key`` and ``call_key`` indexes."""
         ref = self._conversation_row(connection, cid, lock=False)
         if ref is None:
             return []
-        found = {e.seq: e for e in self._window_events_by_id(connection, ref.id, event_ids).values()}
+        found = {
+            e.seq: e for e in self._window_events_by_id(connection, ref.id, event_ids).values()
+        }
         events = self.tables.events
         wanted = set(tool_call_ids)
         for keys in _chunks(sorted({row_key(i) for i in wanted})):
             rows = connection.execute(
-                sa.select(events.c.archived, events.c.body).where(events.c.conversation_ref == ref.id, events.c.call_key.in_(keys))
+                sa.select(events.c.archived, events.c.body).where(
+                    events.c.conversation_ref == ref.id, events.c.call_key.in_(keys)
+                )
             )
-            found.update((e.seq, e) for e in self._events(rows) if e.type.value in _TOOL_TYPES and e.tool_call_id in wanted)
+            found.update(
+                (e.seq, e)
+                for e in self._events(rows)
+                if e.type.value in _TOOL_TYPES and e.tool_call_id in wanted
+            )
         return sorted(found.values(), key=lambda e: e.seq or 0)
 
-    def _window_events_by_id(self, connection: sa.Connection, ref: int, event_ids: Collection[str]) -> dict[str, Event]:
+    def _window_events_by_id(
+        self, connection: sa.Connection, ref: int, event_ids: Collection[str]
+    ) -> dict[str, Event]:
         """The pinned and active events (never the summary) whose id is one of ``event_ids``, by id."""
         events = self.tables.events
         wanted = set(event_ids)
@@ -208,7 +260,9 @@ class SQLOperations:
             # the archived flag and the type are checked here, not in SQL: a condition on
             # ``archived`` lets a planner without statistics prefer the window index, a scan
             rows = connection.execute(
-                sa.select(events.c.archived, events.c.body).where(events.c.conversation_ref == ref, events.c.event_key.in_(keys))
+                sa.select(events.c.archived, events.c.body).where(
+                    events.c.conversation_ref == ref, events.c.event_key.in_(keys)
+                )
             )
             found.update(
                 (e.id, e)
@@ -223,12 +277,21 @@ class SQLOperations:
         number and length, so the statement stays within every database's limits); only the
         rows of the page are read."""
         events = self.tables.events
-        likes = [events.c.search_text.contains(stored_search_text(term), autoescape=True) for term in query.terms]
+        likes = [
+            events.c.search_text.contains(stored_search_text(term), autoescape=True)
+            for term in query.terms
+        ]
         matched = sa.or_(*likes) if query.match_mode is MatchMode.ANY else sa.and_(*likes)
-        where: tuple[Any, ...] = (events.c.conversation_ref == self._ref(cid), events.c.search_text.is_not(None), matched)
+        where: tuple[Any, ...] = (
+            events.c.conversation_ref == self._ref(cid),
+            events.c.search_text.is_not(None),
+            matched,
+        )
         if not query.include_recall_tools:
             where += (sa.not_(events.c.search_text.startswith(RECALL_MARK, autoescape=True)),)
-        total = connection.execute(sa.select(sa.func.count()).select_from(events).where(*where)).scalar_one()
+        total = connection.execute(
+            sa.select(sa.func.count()).select_from(events).where(*where)
+        ).scalar_one()
         found: list[Event] = []
         if total > query.offset:
             found = self._events(
@@ -237,7 +300,9 @@ class SQLOperations:
                     .where(*where)
                     .order_by(events.c.seq)
                     .offset(query.offset)
-                    .limit(min(query.limit, total - query.offset))  # a huge page size must not overflow LIMIT
+                    .limit(
+                        min(query.limit, total - query.offset)
+                    )  # a huge page size must not overflow LIMIT
                 )
             )
         return SearchResult(events=found, total=total)
@@ -245,18 +310,28 @@ class SQLOperations:
     def retracted(self, connection: sa.Connection, cid: str) -> list[Event]:
         """The retracted events, oldest first, from their own table."""
         retracted = self.tables.retracted
-        query = sa.select(retracted.c.body).where(retracted.c.conversation_ref == self._ref(cid)).order_by(retracted.c.seq)
-        return [retracted_copy(Event.from_json(body)) for body in connection.execute(query).scalars()]
+        query = (
+            sa.select(retracted.c.body)
+            .where(retracted.c.conversation_ref == self._ref(cid))
+            .order_by(retracted.c.seq)
+        )
+        return [
+            retracted_copy(Event.from_json(body)) for body in connection.execute(query).scalars()
+        ]
 
     def compactions(self, connection: sa.Connection, cid: str) -> list[dict[str, Any]]:
         compactions = self.tables.compactions
         rows = connection.execute(
-            sa.select(compactions.c.record).where(compactions.c.conversation_ref == self._ref(cid)).order_by(compactions.c.id)
+            sa.select(compactions.c.record)
+            .where(compactions.c.conversation_ref == self._ref(cid))
+            .order_by(compactions.c.id)
         ).scalars()
         return [json.loads(record) for record in rows]
 
     def conversations(self, connection: sa.Connection) -> list[str]:
-        return sorted(connection.execute(sa.select(self.tables.conversations.c.conversation_id)).scalars())
+        return sorted(
+            connection.execute(sa.select(self.tables.conversations.c.conversation_id)).scalars()
+        )
 
     # -- writes ------------------------------------------------------------------------------
 
@@ -291,8 +366,18 @@ class SQLOperations:
         if batch and not fresh:
             return before
         if fresh:
-            connection.execute(self.tables.events.insert(), self._event_rows(ref, fresh, last_seq + 1))
-        connection.execute(self._bump, {"b_ref": ref, "b_last_seq": last_seq + len(fresh), "b_version": version + 1, "b_now": now})
+            connection.execute(
+                self.tables.events.insert(), self._event_rows(ref, fresh, last_seq + 1)
+            )
+        connection.execute(
+            self._bump,
+            {
+                "b_ref": ref,
+                "b_last_seq": last_seq + len(fresh),
+                "b_version": version + 1,
+                "b_now": now,
+            },
+        )
         pinned, real = split_appended(number(fresh, last_seq))
         if pinned:  # a system event may supersede an older pin: rare, so read the result back
             self._unpin_superseded(connection, ref)
@@ -301,29 +386,51 @@ class SQLOperations:
             before,
             version=version + 1,
             last_seq=last_seq + len(fresh),
-            window=Window(pinned=(*window.pinned, *pinned), summary=window.summary, active=(*window.active, *real)),
+            window=Window(
+                pinned=(*window.pinned, *pinned),
+                summary=window.summary,
+                active=(*window.active, *real),
+            ),
         )
 
-    def append_without_window(self, connection: sa.Connection, cid: str, batch: list[Event]) -> list[Event]:
+    def append_without_window(
+        self, connection: sa.Connection, cid: str, batch: list[Event]
+    ) -> list[Event]:
         """Append ``batch`` like :meth:`append` (idempotent per event id against the window, under
         the row lock) and return the stored copy of each of its events, without reading the
         window: the batch's ids are looked up by the ``event_key`` index."""
         ref, last_seq, version, now = self._locked_row(connection, cid)
-        before = self._window_events_by_id(connection, ref, [e.id for e in batch]) if version else {}
+        before = (
+            self._window_events_by_id(connection, ref, [e.id for e in batch]) if version else {}
+        )
         fresh = [e for e in unstored(batch, ()) if e.id not in before]
         if batch and not fresh:
             return [before[e.id] for e in batch]
         numbered = number(fresh, last_seq)
         if fresh:
-            connection.execute(self.tables.events.insert(), self._event_rows(ref, fresh, last_seq + 1))
-        connection.execute(self._bump, {"b_ref": ref, "b_last_seq": last_seq + len(fresh), "b_version": version + 1, "b_now": now})
+            connection.execute(
+                self.tables.events.insert(), self._event_rows(ref, fresh, last_seq + 1)
+            )
+        connection.execute(
+            self._bump,
+            {
+                "b_ref": ref,
+                "b_last_seq": last_seq + len(fresh),
+                "b_version": version + 1,
+                "b_now": now,
+            },
+        )
         if any(e.type is EventType.SYSTEM for e in fresh):
             self._unpin_superseded(connection, ref)
         stored = {e.id: e for e in numbered}
         return [before.get(e.id) or stored[e.id] for e in batch]
 
     def append_compacting(
-        self, connection: sa.Connection, cid: str, batch: list[Event], planner: Callable[[Snapshot], CompactionPlan | None]
+        self,
+        connection: sa.Connection,
+        cid: str,
+        batch: list[Event],
+        planner: Callable[[Snapshot], CompactionPlan | None],
     ) -> tuple[Snapshot, bool]:
         """Append, then apply the planner's plan in the same transaction: the row stays locked
         since the append, so the compare-and-swap cannot lose."""
@@ -336,13 +443,20 @@ class SQLOperations:
         conversation's row is locked by the caller)."""
         conversations, events = self.tables.conversations, self.tables.events
         pinned_rows = sa.and_(
-            events.c.conversation_ref == ref, events.c.archived == sa.false(), events.c.type == EventType.SYSTEM.value
+            events.c.conversation_ref == ref,
+            events.c.archived == sa.false(),
+            events.c.type == EventType.SYSTEM.value,
         )
-        pinned = [Event.from_json(body) for body in connection.execute(sa.select(events.c.body).where(pinned_rows)).scalars()]
+        pinned = [
+            Event.from_json(body)
+            for body in connection.execute(sa.select(events.c.body).where(pinned_rows)).scalars()
+        ]
         gone = [e.seq for e in superseded(pinned)]
         if not gone:
             return
-        connection.execute(events.update().where(pinned_rows, events.c.seq.in_(gone)).values(archived=True))
+        connection.execute(
+            events.update().where(pinned_rows, events.c.seq.in_(gone)).values(archived=True)
+        )
         connection.execute(
             conversations.update()
             .where(conversations.c.id == ref)
@@ -353,10 +467,18 @@ class SQLOperations:
         """A compaction as a compare-and-swap on the version; False (nothing changed) when
         another write got there first."""
         conversations, events = self.tables.conversations, self.tables.events
-        cap = plan.max_archived_events if plan.max_archived_events is not None else self.max_archived_events
+        cap = (
+            plan.max_archived_events
+            if plan.max_archived_events is not None
+            else self.max_archived_events
+        )
         swapped = connection.execute(
             self._swap,
-            {"b_key": conversation_key(cid), "expected_version": plan.expected_version, "b_now": _now()},
+            {
+                "b_key": conversation_key(cid),
+                "expected_version": plan.expected_version,
+                "b_now": _now(),
+            },
         )
         if swapped.rowcount != 1:
             return False
@@ -369,7 +491,11 @@ class SQLOperations:
         if plan.summary is not None:
             archived += connection.execute(
                 events.update()
-                .where(of_conversation, events.c.archived == sa.false(), events.c.type == EventType.SUMMARY.value)
+                .where(
+                    of_conversation,
+                    events.c.archived == sa.false(),
+                    events.c.type == EventType.SUMMARY.value,
+                )
                 .values(archived=True)
             ).rowcount
             last_seq += 1
@@ -391,7 +517,9 @@ class SQLOperations:
         """Insert a compaction record and drop the conversation's records beyond the newest
         :attr:`compaction_records_kept`."""
         compactions = self.tables.compactions
-        connection.execute(compactions.insert().values(conversation_ref=ref, record=json.dumps(record)))
+        connection.execute(
+            compactions.insert().values(conversation_ref=ref, record=json.dumps(record))
+        )
         oldest_kept = connection.execute(
             sa.select(compactions.c.id)
             .where(compactions.c.conversation_ref == ref)
@@ -401,7 +529,9 @@ class SQLOperations:
         ).scalar_one_or_none()
         if oldest_kept is not None:
             connection.execute(
-                compactions.delete().where(compactions.c.conversation_ref == ref, compactions.c.id < oldest_kept)
+                compactions.delete().where(
+                    compactions.c.conversation_ref == ref, compactions.c.id < oldest_kept
+                )
             )
 
     def _trim(self, connection: sa.Connection, ref: int, excess: int) -> int:
@@ -409,13 +539,19 @@ class SQLOperations:
         events = self.tables.events
         archive = sa.and_(events.c.conversation_ref == ref, events.c.archived == sa.true())
         through = connection.execute(
-            sa.select(events.c.seq).where(archive).order_by(events.c.seq).offset(excess - 1).limit(1)
+            sa.select(events.c.seq)
+            .where(archive)
+            .order_by(events.c.seq)
+            .offset(excess - 1)
+            .limit(1)
         ).scalar_one_or_none()
         if through is None:
             return 0
         return connection.execute(events.delete().where(archive, events.c.seq <= through)).rowcount
 
-    def retract(self, connection: sa.Connection, cid: str, event_ids: Collection[str]) -> list[Event]:
+    def retract(
+        self, connection: sa.Connection, cid: str, event_ids: Collection[str]
+    ) -> list[Event]:
         """Move the events with one of ``event_ids`` and their tool partners (found by the
         ``event_key`` and ``call_key`` indexes, window and archive) to the retracted table,
         under the conversation's row lock, in one transaction; bump the version."""
@@ -427,13 +563,19 @@ class SQLOperations:
         pool: dict[int, Event] = {}
         for keys in _chunks(sorted({row_key(i) for i in wanted})):
             rows = connection.execute(
-                sa.select(events.c.archived, events.c.body).where(events.c.conversation_ref == row.id, events.c.event_key.in_(keys))
+                sa.select(events.c.archived, events.c.body).where(
+                    events.c.conversation_ref == row.id, events.c.event_key.in_(keys)
+                )
             )
             pool.update((e.seq or 0, e) for e in self._events(rows) if e.id in wanted)
-        call_ids = {e.tool_call_id for e in pool.values() if e.type.value in _TOOL_TYPES and e.tool_call_id}
+        call_ids = {
+            e.tool_call_id for e in pool.values() if e.type.value in _TOOL_TYPES and e.tool_call_id
+        }
         for keys in _chunks(sorted({row_key(i) for i in call_ids})):
             rows = connection.execute(
-                sa.select(events.c.archived, events.c.body).where(events.c.conversation_ref == row.id, events.c.call_key.in_(keys))
+                sa.select(events.c.archived, events.c.body).where(
+                    events.c.conversation_ref == row.id, events.c.call_key.in_(keys)
+                )
             )
             pool.update((e.seq or 0, e) for e in self._events(rows) if e.tool_call_id in call_ids)
         targets = retraction_targets(sorted(pool.values(), key=lambda e: e.seq or 0), wanted)
@@ -443,11 +585,25 @@ class SQLOperations:
         taken = [retracted_copy(e) for e in targets]
         connection.execute(
             self.tables.retracted.insert(),
-            [{"conversation_ref": row.id, "seq": e.seq, "type": e.type.value, "body": e.to_json(), "retracted_at": now} for e in taken],
+            [
+                {
+                    "conversation_ref": row.id,
+                    "seq": e.seq,
+                    "type": e.type.value,
+                    "body": e.to_json(),
+                    "retracted_at": now,
+                }
+                for e in taken
+            ],
         )
         seqs = [e.seq for e in targets]
         for i in range(0, len(seqs), _KEYS_PER_QUERY):
-            connection.execute(events.delete().where(events.c.conversation_ref == row.id, events.c.seq.in_(seqs[i : i + _KEYS_PER_QUERY])))
+            connection.execute(
+                events.delete().where(
+                    events.c.conversation_ref == row.id,
+                    events.c.seq.in_(seqs[i : i + _KEYS_PER_QUERY]),
+                )
+            )
         connection.execute(
             conversations.update()
             .where(conversations.c.id == row.id)
@@ -459,7 +615,9 @@ class SQLOperations:
         )
         return taken
 
-    def record_compaction_error(self, connection: sa.Connection, cid: str, message: str | None) -> None:
+    def record_compaction_error(
+        self, connection: sa.Connection, cid: str, message: str | None
+    ) -> None:
         conversations = self.tables.conversations
         connection.execute(
             conversations.update()
@@ -468,11 +626,19 @@ class SQLOperations:
         )
 
     def clear(self, connection: sa.Connection, cid: str) -> None:
-        conversations, events, compactions = self.tables.conversations, self.tables.events, self.tables.compactions
+        conversations, events, compactions = (
+            self.tables.conversations,
+            self.tables.events,
+            self.tables.compactions,
+        )
         row = self._conversation_row(connection, cid, lock=True)
         if row is not None:
             connection.execute(events.delete().where(events.c.conversation_ref == row.id))
-            connection.execute(self.tables.retracted.delete().where(self.tables.retracted.c.conversation_ref == row.id))
+            connection.execute(
+                self.tables.retracted.delete().where(
+                    self.tables.retracted.c.conversation_ref == row.id
+                )
+            )
             connection.execute(compactions.delete().where(compactions.c.conversation_ref == row.id))
             connection.execute(conversations.delete().where(conversations.c.id == row.id))
 

@@ -30,8 +30,8 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any
 from datetime import datetime, timezone
+from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.dialects import mysql
@@ -153,7 +153,12 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
     conversations = sa.Table(
         f"{prefix}conversations",
         metadata,
-        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True),
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            primary_key=True,
+            autoincrement=True,
+        ),
         sa.Column("conversation_key", sa.String(64), nullable=False),
         sa.Column("conversation_id", sa.String(1024), nullable=False),
         sa.Column("version", sa.BigInteger(), nullable=False),
@@ -171,7 +176,9 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         sa.Column(
             "conversation_ref",
             sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
-            sa.ForeignKey(conversations.c.id, ondelete="CASCADE", name=f"{prefix}events_conversation_fk"),
+            sa.ForeignKey(
+                conversations.c.id, ondelete="CASCADE", name=f"{prefix}events_conversation_fk"
+            ),
             primary_key=True,
         ),
         sa.Column("seq", sa.BigInteger(), primary_key=True, autoincrement=False),
@@ -190,11 +197,18 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
     compactions = sa.Table(
         f"{prefix}compactions",
         metadata,
-        sa.Column("id", sa.BigInteger().with_variant(sa.Integer(), "sqlite"), primary_key=True, autoincrement=True),
+        sa.Column(
+            "id",
+            sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
+            primary_key=True,
+            autoincrement=True,
+        ),
         sa.Column(
             "conversation_ref",
             sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
-            sa.ForeignKey(conversations.c.id, ondelete="CASCADE", name=f"{prefix}compactions_conversation_fk"),
+            sa.ForeignKey(
+                conversations.c.id, ondelete="CASCADE", name=f"{prefix}compactions_conversation_fk"
+            ),
             nullable=False,
         ),
         sa.Column("record", _LONG_TEXT, nullable=False),
@@ -206,7 +220,9 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         sa.Column(
             "conversation_ref",
             sa.BigInteger().with_variant(sa.Integer(), "sqlite"),
-            sa.ForeignKey(conversations.c.id, ondelete="CASCADE", name=f"{prefix}retracted_conversation_fk"),
+            sa.ForeignKey(
+                conversations.c.id, ondelete="CASCADE", name=f"{prefix}retracted_conversation_fk"
+            ),
             primary_key=True,
         ),
         sa.Column("seq", sa.BigInteger(), primary_key=True, autoincrement=False),
@@ -215,7 +231,16 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         sa.Column("retracted_at", sa.DateTime(timezone=True), nullable=False),
     )
     sa.event.listen(events, "after_create", _EVENTS_STORAGE)
-    return Tables(prefix, metadata, meta, conversations, events, compactions, *_memory_tables(prefix, metadata), retracted)
+    return Tables(
+        prefix,
+        metadata,
+        meta,
+        conversations,
+        events,
+        compactions,
+        *_memory_tables(prefix, metadata),
+        retracted,
+    )
 
 
 def _memory_tables(prefix: str, metadata: sa.MetaData) -> tuple[sa.Table, sa.Table, sa.Table]:
@@ -258,7 +283,12 @@ def _memory_tables(prefix: str, metadata: sa.MetaData) -> tuple[sa.Table, sa.Tab
 def _add_tables_of_version_2(change: SchemaChange) -> None:
     """Version 1 -> 2: the compaction records and the long-term memory tables."""
     tables = change.tables
-    for table in (tables.compactions, tables.memory_namespaces, tables.memory_files, tables.memory_versions):
+    for table in (
+        tables.compactions,
+        tables.memory_namespaces,
+        tables.memory_files,
+        tables.memory_versions,
+    ):
         table.create(change.connection, checkfirst=True)
 
 
@@ -279,18 +309,27 @@ def _recode_nul_in_search_text(change: SchemaChange) -> None:
     )
     update = (
         events.update()
-        .where(events.c.conversation_ref == sa.bindparam("b_ref"), events.c.seq == sa.bindparam("b_seq"))
+        .where(
+            events.c.conversation_ref == sa.bindparam("b_ref"),
+            events.c.seq == sa.bindparam("b_seq"),
+        )
         .values(search_text=sa.bindparam("b_text"))
     )
     after: tuple[int, int] | None = None
     while True:
-        rows = connection.execute(affected if after is None else affected.where(key > sa.tuple_(*after))).all()
+        rows = connection.execute(
+            affected if after is None else affected.where(key > sa.tuple_(*after))
+        ).all()
         if not rows:
             return
         connection.execute(
             update,
             [
-                {"b_ref": row.conversation_ref, "b_seq": row.seq, "b_text": stored_search_text(search_text(Event.from_json(row.body)))}
+                {
+                    "b_ref": row.conversation_ref,
+                    "b_seq": row.seq,
+                    "b_text": stored_search_text(search_text(Event.from_json(row.body))),
+                }
                 for row in rows
             ],
         )
@@ -308,7 +347,9 @@ def _index_event_and_call_ids(change: SchemaChange) -> None:
     for column in (events.c.event_key, events.c.call_key):
         if column.name not in columns:
             kind = column.type.compile(dialect=connection.dialect)
-            connection.exec_driver_sql(f"ALTER TABLE {preparer.format_table(events)} ADD COLUMN {preparer.quote(column.name)} {kind}")
+            connection.exec_driver_sql(
+                f"ALTER TABLE {preparer.format_table(events)} ADD COLUMN {preparer.quote(column.name)} {kind}"
+            )
     key = sa.tuple_(events.c.conversation_ref, events.c.seq)
     unkeyed = (
         sa.select(events.c.conversation_ref, events.c.seq, events.c.type, events.c.body)
@@ -318,12 +359,17 @@ def _index_event_and_call_ids(change: SchemaChange) -> None:
     )
     update = (
         events.update()
-        .where(events.c.conversation_ref == sa.bindparam("b_ref"), events.c.seq == sa.bindparam("b_seq"))
+        .where(
+            events.c.conversation_ref == sa.bindparam("b_ref"),
+            events.c.seq == sa.bindparam("b_seq"),
+        )
         .values(event_key=sa.bindparam("b_event_key"), call_key=sa.bindparam("b_call_key"))
     )
     after: tuple[int, int] | None = None
     while True:
-        rows = connection.execute(unkeyed if after is None else unkeyed.where(key > sa.tuple_(*after))).all()
+        rows = connection.execute(
+            unkeyed if after is None else unkeyed.where(key > sa.tuple_(*after))
+        ).all()
         if not rows:
             break
         connection.execute(update, [_keys_of_row(row) for row in rows])
@@ -370,8 +416,14 @@ SQL_SCHEMA: StoredFormat[SchemaChange] = StoredFormat(
     current=int(SCHEMA_VERSION),
     migrations=(
         Migration(1, "add the compactions and long-term memory tables", _add_tables_of_version_2),
-        Migration(2, "search_text keeps NUL as the letter sharp s, not U+FFFD", _recode_nul_in_search_text),
-        Migration(3, "index events by id and by tool_call_id (event_key, call_key)", _index_event_and_call_ids),
+        Migration(
+            2, "search_text keeps NUL as the letter sharp s, not U+FFFD", _recode_nul_in_search_text
+        ),
+        Migration(
+            3,
+            "index events by id and by tool_call_id (event_key, call_key)",
+            _index_event_and_call_ids,
+        ),
         Migration(4, "add the retracted events table", _add_retracted_table),
     ),
     remedy="upgrade chat-memory, or use another table_prefix",
@@ -387,7 +439,9 @@ def ensure_schema(connection: sa.Connection, tables: Tables) -> None:
     present = {name for name in names if inspector.has_table(name)}
     if not present:
         tables.metadata.create_all(connection, checkfirst=True)
-        connection.execute(tables.meta.insert().values(name="schema_version", value=str(SQL_SCHEMA.current)))
+        connection.execute(
+            tables.meta.insert().values(name="schema_version", value=str(SQL_SCHEMA.current))
+        )
         return
     if tables.meta.name not in present:
         raise SchemaError(
@@ -398,17 +452,23 @@ def ensure_schema(connection: sa.Connection, tables: Tables) -> None:
         sa.select(tables.meta.c.value).where(tables.meta.c.name == "schema_version")
     ).scalar_one_or_none()
     if recorded is None:
-        raise SchemaError(f"{tables.meta.name} records no schema_version: the tables were not created by chat-memory")
+        raise SchemaError(
+            f"{tables.meta.name} records no schema_version: the tables were not created by chat-memory"
+        )
     found = SQL_SCHEMA.parse(recorded, tables.meta.name)
     steps = SQL_SCHEMA.steps(found, tables.meta.name)
     for step in steps:
         _migrate(connection, tables, step)
     if steps:
-        inspector = sa.inspect(connection)  # the inspector caches what it read before the migrations
+        inspector = sa.inspect(
+            connection
+        )  # the inspector caches what it read before the migrations
         present = {name for name in names if inspector.has_table(name)}
     for table in tables.checked:
         if table.name not in present:
-            raise SchemaError(f"table {table.name} is missing although {tables.meta.name} records schema version {found}")
+            raise SchemaError(
+                f"table {table.name} is missing although {tables.meta.name} records schema version {found}"
+            )
         columns = {column["name"] for column in inspector.get_columns(table.name)}
         missing = sorted(set(table.c.keys()) - columns)
         if missing:
@@ -421,7 +481,9 @@ def _migrate(connection: sa.Connection, tables: Tables, step: Migration[SchemaCh
     """Run one migration and record it: the new schema_version and a ``migrated_to_<N>`` row."""
     meta = tables.meta
     step.upgrade(SchemaChange(connection, tables))
-    connection.execute(meta.update().where(meta.c.name == "schema_version").values(value=str(step.to_version)))
+    connection.execute(
+        meta.update().where(meta.c.name == "schema_version").values(value=str(step.to_version))
+    )
     record = f"migrated_to_{step.to_version}"
     note = f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} {step.description}"[:255]
     connection.execute(meta.delete().where(meta.c.name == record))

@@ -25,7 +25,16 @@ from ..base import (
     StoreOption,
     check_conversation_id,
 )
-from .engine import Attempts, Transactions, adopt_engine, create_store_engine, is_conflict, shown_url, split_url_options, url_query
+from .engine import (
+    Attempts,
+    Transactions,
+    adopt_engine,
+    create_store_engine,
+    is_conflict,
+    shown_url,
+    split_url_options,
+    url_query,
+)
 from .operations import SQLOperations, conversation_key
 from .schema import DEFAULT_TABLE_PREFIX, Tables
 
@@ -49,7 +58,10 @@ class SQLStore(AppendsWithoutWindow, CompactsWhileAppending, Retracts, Store):
     """
 
     schemes = ("sqlite", "postgresql", "postgres", "mysql", "mariadb", "mssql", "oracle")
-    url_options = (StoreOption("table_prefix"), StoreOption("max_archived_events", int, minimum=0, nullable=True))
+    url_options = (
+        StoreOption("table_prefix"),
+        StoreOption("max_archived_events", int, minimum=0, nullable=True),
+    )
     passes_query_to_driver = True
     node = StoreNode(
         "jdbcChatMemory",
@@ -96,7 +108,9 @@ class SQLStore(AppendsWithoutWindow, CompactsWhileAppending, Retracts, Store):
         else:
             raise ConfigurationError(f"engine ({engine!r}) must be a SQLAlchemy URL or Engine")
         self.ops = SQLOperations(
-            table_prefix, max_archived_events=max_archived_events, compaction_records_kept=self.compaction_records_kept
+            table_prefix,
+            max_archived_events=max_archived_events,
+            compaction_records_kept=self.compaction_records_kept,
         )
         self.tables: Tables = self.ops.tables
         self.default_max_archived_events = self.ops.max_archived_events
@@ -178,21 +192,37 @@ class SQLStore(AppendsWithoutWindow, CompactsWhileAppending, Retracts, Store):
     def append(self, conversation_id: str, events: Sequence[Event]) -> Snapshot:
         cid = check_conversation_id(conversation_id)
         self._ready()
-        return self._write(self.ops.append, cid, list(events), what=f"append to conversation {cid!r}")
+        return self._write(
+            self.ops.append, cid, list(events), what=f"append to conversation {cid!r}"
+        )
 
     def append_without_window(self, conversation_id: str, events: Sequence[Event]) -> list[Event]:
         """Append in one transaction, looking the batch's ids up by index (see
         :meth:`SQLOperations.append_without_window`); the stored copies of ``events``."""
         cid = check_conversation_id(conversation_id)
         self._ready()
-        return self._write(self.ops.append_without_window, cid, list(events), what=f"append to conversation {cid!r}")
+        return self._write(
+            self.ops.append_without_window,
+            cid,
+            list(events),
+            what=f"append to conversation {cid!r}",
+        )
 
     def append_compacting(
-        self, conversation_id: str, events: Sequence[Event], planner: Callable[[Snapshot], CompactionPlan | None]
+        self,
+        conversation_id: str,
+        events: Sequence[Event],
+        planner: Callable[[Snapshot], CompactionPlan | None],
     ) -> tuple[Snapshot, bool]:
         cid = check_conversation_id(conversation_id)
         self._ready()
-        return self._write(self.ops.append_compacting, cid, list(events), planner, what=f"append to conversation {cid!r}")
+        return self._write(
+            self.ops.append_compacting,
+            cid,
+            list(events),
+            planner,
+            what=f"append to conversation {cid!r}",
+        )
 
     def apply(self, conversation_id: str, plan: CompactionPlan) -> bool:
         cid = check_conversation_id(conversation_id)
@@ -202,13 +232,20 @@ class SQLStore(AppendsWithoutWindow, CompactsWhileAppending, Retracts, Store):
     def record_compaction_error(self, conversation_id: str, message: str | None) -> None:
         cid = check_conversation_id(conversation_id)
         self._ready()
-        self._write(self.ops.record_compaction_error, cid, message, what=f"recording the compaction error of {cid!r}")
+        self._write(
+            self.ops.record_compaction_error,
+            cid,
+            message,
+            what=f"recording the compaction error of {cid!r}",
+        )
 
     def retract(self, conversation_id: str, event_ids: Collection[str]) -> list[Event]:
         """One transaction: the rows move to the retracted table (see :meth:`SQLOperations.retract`)."""
         cid = check_conversation_id(conversation_id)
         self._ready()
-        return self._write(self.ops.retract, cid, list(event_ids), what=f"retraction in conversation {cid!r}")
+        return self._write(
+            self.ops.retract, cid, list(event_ids), what=f"retraction in conversation {cid!r}"
+        )
 
     def retracted(self, conversation_id: str) -> list[Event]:
         return self._read(self.ops.retracted, check_conversation_id(conversation_id))
@@ -229,11 +266,17 @@ class SQLStore(AppendsWithoutWindow, CompactsWhileAppending, Retracts, Store):
     def find_tool_events(self, conversation_id: str, tool_call_ids: Collection[str]) -> list[Event]:
         """The rows of the ids asked for, by the ``call_key`` index (see
         :meth:`SQLOperations.find_tool_events`)."""
-        return self._read(self.ops.find_tool_events, check_conversation_id(conversation_id), tool_call_ids)
+        return self._read(
+            self.ops.find_tool_events, check_conversation_id(conversation_id), tool_call_ids
+        )
 
-    def find_events(self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]) -> list[Event]:
+    def find_events(
+        self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]
+    ) -> list[Event]:
         """By the ``event_key`` and ``call_key`` indexes (see :meth:`SQLOperations.find_events`)."""
-        return self._read(self.ops.find_events, check_conversation_id(conversation_id), event_ids, tool_call_ids)
+        return self._read(
+            self.ops.find_events, check_conversation_id(conversation_id), event_ids, tool_call_ids
+        )
 
     def search(self, conversation_id: str, query: SearchQuery) -> SearchResult:
         return self._read(self.ops.search, check_conversation_id(conversation_id), query)

@@ -26,7 +26,14 @@ import uuid
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, ChatMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+)
 
 from ...config import SummaryPlacement
 from ...errors import InvalidEventError, InvalidInputError
@@ -62,7 +69,11 @@ def message_text(message: BaseMessage) -> str:
     for block in content:
         if isinstance(block, str):
             parts.append(block)
-        elif isinstance(block, dict) and block.get("type") == "text" and isinstance(block.get("text"), str):
+        elif (
+            isinstance(block, dict)
+            and block.get("type") == "text"
+            and isinstance(block.get("text"), str)
+        ):
             parts.append(block["text"])
         elif isinstance(block, dict) and block.get("type") in ("tool_use", "tool_call"):
             continue  # the same call is in `tool_calls`
@@ -94,8 +105,13 @@ def said_the_same(stored: Event, new: Event) -> bool:
     if isinstance(kept, str):
         return kept == new.metadata.get(DIGEST_KEY)
     return (stored.type, stored.content, stored.tool_call_id, stored.is_error) == (
-        new.type, new.content, new.tool_call_id, new.is_error
-    ) and json.dumps(stored.arguments, sort_keys=True, default=str) == json.dumps(new.arguments, sort_keys=True, default=str)
+        new.type,
+        new.content,
+        new.tool_call_id,
+        new.is_error,
+    ) and json.dumps(stored.arguments, sort_keys=True, default=str) == json.dumps(
+        new.arguments, sort_keys=True, default=str
+    )
 
 
 def removal_refused(index: int, message_id: str | None) -> InvalidInputError:
@@ -115,7 +131,10 @@ def events_from_message(message: BaseMessage, index: int = 0) -> list[Event]:
         raise removal_refused(index, message.id)
     if not message.id:
         message.id = str(uuid.uuid4())
-    return [e.model_copy(update={"metadata": {**e.metadata, DIGEST_KEY: digest(e)}}) for e in _events(message, index)]
+    return [
+        e.model_copy(update={"metadata": {**e.metadata, DIGEST_KEY: digest(e)}})
+        for e in _events(message, index)
+    ]
 
 
 def _events(message: BaseMessage, index: int) -> list[Event]:
@@ -128,9 +147,15 @@ def _events(message: BaseMessage, index: int) -> list[Event]:
     if isinstance(message, ToolMessage) or role == "tool":
         call_id = getattr(message, "tool_call_id", None)
         if not call_id:
-            raise InvalidInputError(f"messages[{index}].tool_call_id ({call_id!r}) must be set on a ToolMessage")
+            raise InvalidInputError(
+                f"messages[{index}].tool_call_id ({call_id!r}) must be set on a ToolMessage"
+            )
         error = getattr(message, "status", "success") == "error"
-        return [Event.tool_result(call_id, text, name=message.name, is_error=error, **_ids(message, 1)[0])]
+        return [
+            Event.tool_result(
+                call_id, text, name=message.name, is_error=error, **_ids(message, 1)[0]
+            )
+        ]
     if role in ("ai", "assistant"):
         calls = list(getattr(message, "tool_calls", None) or [])
         # a message with no calls is stored even when empty, so that it comes back as it went in
@@ -139,8 +164,14 @@ def _events(message: BaseMessage, index: int) -> list[Event]:
         events = [Event.assistant(text, **next(ids))] if said else []
         for k, call in enumerate(calls):
             if not call.get("id"):
-                raise InvalidInputError(f"messages[{index}].tool_calls[{k}].id ({call.get('id')!r}) must be set")
-            events.append(Event.tool_call(call["name"], dict(call.get("args") or {}), call_id=call["id"], **next(ids)))
+                raise InvalidInputError(
+                    f"messages[{index}].tool_calls[{k}].id ({call.get('id')!r}) must be set"
+                )
+            events.append(
+                Event.tool_call(
+                    call["name"], dict(call.get("args") or {}), call_id=call["id"], **next(ids)
+                )
+            )
         return events
     raise InvalidInputError(
         f"messages[{index}] has type {message.type!r}, which chat-memory does not store "
@@ -178,7 +209,9 @@ def _check_nesting(message: BaseMessage, index: int) -> None:
         raise InvalidEventError(f"{exc}; nothing of this list was stored") from None
 
 
-def render(window: Sequence[Event], summary_placement: SummaryPlacement | str) -> tuple[str, list[BaseMessage]]:
+def render(
+    window: Sequence[Event], summary_placement: SummaryPlacement | str
+) -> tuple[str, list[BaseMessage]]:
     """``(system text, messages)``: the pinned system events (and the summary with
     ``summary_placement="system_prompt"``) as one text, and the rest as LangChain messages."""
     shown = plan(window, None, summary_placement)
@@ -194,11 +227,21 @@ def render(window: Sequence[Event], summary_placement: SummaryPlacement | str) -
 
 def _step(step: Step) -> list[BaseMessage]:
     texts = [b.text for b in step.blocks if isinstance(b, Text)]
-    calls = [{"name": c.name, "args": dict(c.event.arguments or {}), "id": c.id, "type": "tool_call"} for c in step.calls]
+    calls = [
+        {"name": c.name, "args": dict(c.event.arguments or {}), "id": c.id, "type": "tool_call"}
+        for c in step.calls
+    ]
     out: list[BaseMessage] = [AIMessage(content="\n\n".join(texts), tool_calls=calls)]
     for call in step.calls:
         content, is_error = result_text(call)
-        out.append(ToolMessage(content, tool_call_id=call.id, name=call.name, status="error" if is_error else "success"))
+        out.append(
+            ToolMessage(
+                content,
+                tool_call_id=call.id,
+                name=call.name,
+                status="error" if is_error else "success",
+            )
+        )
     return out
 
 
@@ -215,7 +258,9 @@ def messages_from_window(
     return ([SystemMessage(text)] if text else []) + messages
 
 
-def history_messages(window: Sequence[Event], summary_placement: SummaryPlacement | str) -> list[BaseMessage]:
+def history_messages(
+    window: Sequence[Event], summary_placement: SummaryPlacement | str
+) -> list[BaseMessage]:
     """A window as a chat history shows it: each stored message back as it was added, with
     its id (pinned ``SystemMessage`` s first, then the summary, as a ``SystemMessage`` with
     ``summary_placement="system_prompt"`` and a ``HumanMessage`` otherwise, then the
@@ -224,9 +269,15 @@ def history_messages(window: Sequence[Event], summary_placement: SummaryPlacemen
     whose call is not in the window is shown as a note in a ``HumanMessage``; these and the
     summary have ids starting with :data:`RENDERED_ID_PREFIX`."""
     where = parse_placement(summary_placement)
-    out: list[BaseMessage] = [SystemMessage(e.content, id=e.id) for e in window if e.type is EventType.SYSTEM]
+    out: list[BaseMessage] = [
+        SystemMessage(e.content, id=e.id) for e in window if e.type is EventType.SYSTEM
+    ]
     lead = SystemMessage if where is SummaryPlacement.SYSTEM_PROMPT else HumanMessage
-    out += [lead(summary_text(e), id=f"{RENDERED_ID_PREFIX}summary:{e.id}") for e in window if e.type is EventType.SUMMARY]
+    out += [
+        lead(summary_text(e), id=f"{RENDERED_ID_PREFIX}summary:{e.id}")
+        for e in window
+        if e.type is EventType.SUMMARY
+    ]
     real = [e for e in window if e.is_real]
     results: dict[str | None, list[Event]] = {}
     for event in real:
@@ -246,25 +297,55 @@ def history_messages(window: Sequence[Event], summary_placement: SummaryPlacemen
                 out.append(HumanMessage(note, id=f"{RENDERED_ID_PREFIX}note:{event.id}"))
         else:
             group = [event]  # an AIMessage: its text, then the calls stored as <id>#1, <id>#2…
-            while i < len(real) and real[i].type is EventType.TOOL_CALL and real[i].id == f"{event.id}#{len(group)}":
+            while (
+                i < len(real)
+                and real[i].type is EventType.TOOL_CALL
+                and real[i].id == f"{event.id}#{len(group)}"
+            ):
                 group.append(real[i])
                 i += 1
             out += _ai_message(group, results, shown)
     return out
 
 
-def _ai_message(group: list[Event], results: dict[str | None, list[Event]], shown: set[str]) -> list[BaseMessage]:
+def _ai_message(
+    group: list[Event], results: dict[str | None, list[Event]], shown: set[str]
+) -> list[BaseMessage]:
     text = group[0].content if group[0].type is EventType.ASSISTANT else ""
     calls = [e for e in group if e.type is EventType.TOOL_CALL]
-    tool_calls = [{"name": c.tool_name, "args": dict(c.arguments or {}), "id": c.tool_call_id, "type": "tool_call"} for c in calls]
+    tool_calls = [
+        {
+            "name": c.tool_name,
+            "args": dict(c.arguments or {}),
+            "id": c.tool_call_id,
+            "type": "tool_call",
+        }
+        for c in calls
+    ]
     out: list[BaseMessage] = [AIMessage(content=text, tool_calls=tool_calls, id=group[0].id)]
     for c in calls:
         result = next((r for r in results.get(c.tool_call_id, []) if r.id not in shown), None)
         if result is None:
             missing = f"{RENDERED_ID_PREFIX}missing-result:{c.tool_call_id}"
-            out.append(ToolMessage(MISSING_RESULT_TEXT, tool_call_id=c.tool_call_id, name=c.tool_name, status="error", id=missing))
+            out.append(
+                ToolMessage(
+                    MISSING_RESULT_TEXT,
+                    tool_call_id=c.tool_call_id,
+                    name=c.tool_name,
+                    status="error",
+                    id=missing,
+                )
+            )
             continue
         shown.add(result.id)
         status = "error" if result.is_error else "success"
-        out.append(ToolMessage(result.content, tool_call_id=c.tool_call_id, name=result.tool_name, status=status, id=result.id))
+        out.append(
+            ToolMessage(
+                result.content,
+                tool_call_id=c.tool_call_id,
+                name=result.tool_name,
+                status=status,
+                id=result.id,
+            )
+        )
     return out

@@ -72,17 +72,32 @@ class ChatMemoryHistory(BaseChatMessageHistory):
     @property
     def messages(self) -> list[BaseMessage]:  # type: ignore[override]
         """The window as LangChain messages (see the class docstring)."""
-        return run_sync(self.memory, self._messages(), "ChatMemoryHistory.messages", "await history.aget_messages()")
+        return run_sync(
+            self.memory,
+            self._messages(),
+            "ChatMemoryHistory.messages",
+            "await history.aget_messages()",
+        )
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Store ``messages`` in order, atomically; a message whose ``id`` is already stored
         with the same content is not stored again (see the class docstring). Every message
         that had no id has one afterwards (the one it is stored under)."""
-        run_sync(self.memory, self._add(messages), "ChatMemoryHistory.add_messages()", "await history.aadd_messages()")
+        run_sync(
+            self.memory,
+            self._add(messages),
+            "ChatMemoryHistory.add_messages()",
+            "await history.aadd_messages()",
+        )
 
     def clear(self) -> None:
         """Delete the conversation: window, summary and archive."""
-        run_sync(self.memory, call("clear", self.conversation_id), "ChatMemoryHistory.clear()", "await history.aclear()")
+        run_sync(
+            self.memory,
+            call("clear", self.conversation_id),
+            "ChatMemoryHistory.clear()",
+            "await history.aclear()",
+        )
 
     async def aget_messages(self) -> list[BaseMessage]:
         """:attr:`messages`, without blocking the loop."""

@@ -42,7 +42,11 @@ except ImportError:  # pragma: no cover - langgraph comes with the `langchain` p
 
 def is_rendered(message: BaseMessage) -> bool:
     """Whether ``message`` is one that only a rendering adds (see :data:`RENDERED_ID_PREFIX`)."""
-    return isinstance(message, BaseMessage) and bool(message.id) and str(message.id).startswith(RENDERED_ID_PREFIX)
+    return (
+        isinstance(message, BaseMessage)
+        and bool(message.id)
+        and str(message.id).startswith(RENDERED_ID_PREFIX)
+    )
 
 
 def removals(messages: Sequence[BaseMessage]) -> tuple[bool, list[tuple[int, BaseMessage]]]:
@@ -54,7 +58,11 @@ def removals(messages: Sequence[BaseMessage]) -> tuple[bool, list[tuple[int, Bas
     for index, message in enumerate(messages):
         if isinstance(message, RemoveMessage) and message.id == REMOVE_ALL_MESSAGES:
             start, clears = index + 1, True
-    kept = [(index, messages[index]) for index in range(start, len(messages)) if not is_rendered(messages[index])]
+    kept = [
+        (index, messages[index])
+        for index in range(start, len(messages))
+        if not is_rendered(messages[index])
+    ]
     return clears, kept
 
 
@@ -133,7 +141,9 @@ def new_events(
     before_kept = 0  # events of the list before the first one found: older than the store keeps
     gone: set[str] = set()  # ids retracted already
     unknown_removals = [mid for _, mid in removed if mid not in listed and mid not in stored]
-    if look_back and (unknown_removals or (last_known > 0 and any(e.id not in stored for e in flat[:last_known]))):
+    if look_back and (
+        unknown_removals or (last_known > 0 and any(e.id not in stored for e in flat[:last_known]))
+    ):
         history: list[Event] = yield from call("history", cid, True)
         gone = {e.id for e in history if e.retracted}
         window_ids = set(stored)
@@ -143,7 +153,13 @@ def new_events(
     of_message = _by_message(stored)
     # the last word per message id: its events, or None when a RemoveMessage came last
     last_word: dict[str, tuple[int, list[Event] | None]] = {}
-    ops = sorted([*((i, events[0].id, events) for i, events in parts), *((i, mid, None) for i, mid in removed)], key=lambda op: op[0])
+    ops = sorted(
+        [
+            *((i, events[0].id, events) for i, events in parts),
+            *((i, mid, None) for i, mid in removed),
+        ],
+        key=lambda op: op[0],
+    )
     for index, mid, events in ops:
         last_word[mid] = (index, events)
     changes = Changes()
@@ -163,7 +179,9 @@ def new_events(
             continue
         doomed_calls |= {e.tool_call_id for e in old if e.tool_call_id}
     final = [words for words in last_word.values() if words[1] is not None]
-    fresh_calls = {e.tool_call_id for _, events in final for e in events or () if e.type is EventType.TOOL_CALL}
+    fresh_calls = {
+        e.tool_call_id for _, events in final for e in events or () if e.type is EventType.TOOL_CALL
+    }
     position, emitted = 0, set()
     for _, listed_events in parts:
         first, position = position, position + len(listed_events)
@@ -174,11 +192,16 @@ def new_events(
         emitted.add(mid)
         old = of_message.get(mid, [])
         if old and _same_message(old, events):
-            resent_result = events[0].type is EventType.TOOL_RESULT and events[0].tool_call_id in doomed_calls
+            resent_result = (
+                events[0].type is EventType.TOOL_RESULT and events[0].tool_call_id in doomed_calls
+            )
             if resent_result and events[0].tool_call_id in fresh_calls:
                 changes.add += events  # its call was replaced: answer the new one
             continue
-        if not old and (first < before_kept or (events[0].type is EventType.SYSTEM and events[0].content in pinned)):
+        if not old and (
+            first < before_kept
+            or (events[0].type is EventType.SYSTEM and events[0].content in pinned)
+        ):
             continue
         changes.add += events
     return changes
@@ -188,4 +211,8 @@ def _same_message(old: list[Event], events: list[Event]) -> bool:
     """Whether the stored events of a message say what ``events`` say (no call missing or extra)."""
     by_id = {e.id: e for e in old}
     known = [by_id.get(e.id) for e in events]
-    return len(old) == len(events) and all(known) and all(said_the_same(k, e) for k, e in zip(known, events))  # type: ignore[arg-type]
+    return (
+        len(old) == len(events)
+        and all(known)
+        and all(said_the_same(k, e) for k, e in zip(known, events))
+    )  # type: ignore[arg-type]

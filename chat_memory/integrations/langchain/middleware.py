@@ -65,15 +65,21 @@ class ChatMemoryMiddleware(AgentMiddleware):
     def __init__(self, memory: AnyMemory, conversation_id: str | None = None) -> None:
         super().__init__()
         self.memory = check_memory(memory, "ChatMemoryMiddleware")
-        self.conversation_id = None if conversation_id is None else check_conversation_id(conversation_id)
+        self.conversation_id = (
+            None if conversation_id is None else check_conversation_id(conversation_id)
+        )
 
     # -- the hooks ---------------------------------------------------------------------------
 
-    def wrap_model_call(self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]) -> Any:
+    def wrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
+    ) -> Any:
         """Store the new messages, show the model the window, store its reply."""
         cid = self._conversation()
         # a "prompt is too long" answer: compact by force and send the step once more
-        response = with_overflow_retry(self.memory, cid, lambda: handler(self._sync(self._request(cid, request))))
+        response = with_overflow_retry(
+            self.memory, cid, lambda: handler(self._sync(self._request(cid, request)))
+        )
         return self._sync(self._store_reply(cid, response))
 
     async def awrap_model_call(
@@ -101,7 +107,12 @@ class ChatMemoryMiddleware(AgentMiddleware):
     # -- internals: what to read and write, as steps run by either kind of memory -----------
 
     def _sync(self, steps: Steps[T]) -> T:
-        return run_sync(self.memory, steps, "ChatMemoryMiddleware under agent.invoke()", "agent.ainvoke() or agent.astream()")
+        return run_sync(
+            self.memory,
+            steps,
+            "ChatMemoryMiddleware under agent.invoke()",
+            "agent.ainvoke() or agent.astream()",
+        )
 
     def _conversation(self) -> str:
         if self.conversation_id is not None:
@@ -124,7 +135,9 @@ class ChatMemoryMiddleware(AgentMiddleware):
         stored = {e.id: e for e in window}
         indexed = [(i, m) for i, m in enumerate(messages) if not is_rendered(m)]
         for i, m in indexed:
-            if m.type == "remove":  # LangGraph's reducer applies them; one left in the state was not
+            if (
+                m.type == "remove"
+            ):  # LangGraph's reducer applies them; one left in the state was not
                 raise removal_refused(i, m.id)
         tail = unstored([m for _, m in indexed], set(stored))
         head = indexed[: len(indexed) - len(tail)]
@@ -140,7 +153,9 @@ class ChatMemoryMiddleware(AgentMiddleware):
         system, messages = render(window, self.memory.config.summary_placement)
         own = request.system_message.text if request.system_message is not None else ""
         text = "\n\n".join(t for t in (str(own), system) if t.strip())
-        return request.override(messages=messages, system_message=SystemMessage(text) if text else None)
+        return request.override(
+            messages=messages, system_message=SystemMessage(text) if text else None
+        )
 
     def _store_reply(self, cid: str, response: Any) -> Steps[Any]:
         response, events = with_reply_ids(response)
@@ -160,7 +175,9 @@ def with_reply_ids(response: Any) -> tuple[Any, list[Event]]:
         return response, []
     result = [_with_id(m) for m in target.result]
     replaced = dataclasses.replace(target, result=result)
-    response = dataclasses.replace(response, model_response=replaced) if target is inner else replaced
+    response = (
+        dataclasses.replace(response, model_response=replaced) if target is inner else replaced
+    )
     return response, events_from_messages(result)
 
 
@@ -177,4 +194,6 @@ def unstored(messages: Sequence[BaseMessage], stored_ids: set[str]) -> list[Base
 def _with_id(message: BaseMessage) -> BaseMessage:
     if message.id:
         return message
-    return message.model_copy(update={"id": str(uuid.uuid4())})  # what LangGraph's reducer would give it
+    return message.model_copy(
+        update={"id": str(uuid.uuid4())}
+    )  # what LangGraph's reducer would give it

@@ -95,7 +95,9 @@ def answer(output: ToolOutput) -> str:
     return output.text
 
 
-def search_tools(memory: AnyMemory, conversation_id: str, fetch: bool = True) -> list[StructuredTool]:
+def search_tools(
+    memory: AnyMemory, conversation_id: str, fetch: bool = True
+) -> list[StructuredTool]:
     """``[conversation_search, fetch_tool_result]`` bound to one conversation, for
     ``create_agent(tools=...)`` or ``model.bind_tools(...)`` (``fetch=False``: the search tool
     only). Their own calls and results are left out of search, like the native tools'.

@@ -12,10 +12,10 @@ from langchain_core.language_models import BaseLanguageModel
 from lfx.components.models_and_agents.agent import AgentComponent
 from lfx.io import HandleInput
 
+from ...errors import ConfigurationError
 from ..langchain import ChatMemoryHistory
 from ..langchain.middleware import ChatMemoryMiddleware
 from ..langchain.tools import as_langchain_tool
-from ...errors import ConfigurationError
 
 CHAT_MEMORY_INPUT = HandleInput(
     name="chat_memory",

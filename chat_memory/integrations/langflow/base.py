@@ -20,7 +20,15 @@ from ...engine import ChatMemory
 from ..langchain import ChatMemoryHistory
 from ..langchain.convert import message_text
 from ..langchain.tools import as_langchain_tool
-from .fields import applicable, canvas_field_order, controlling_fields, field_value, input_for, show_for_form, shown
+from .fields import (
+    applicable,
+    canvas_field_order,
+    controlling_fields,
+    field_value,
+    input_for,
+    show_for_form,
+    shown,
+)
 
 _STORES: dict[str, Store] = {}
 _STORES_LOCK = threading.Lock()
@@ -42,13 +50,21 @@ def memory_inputs(storage: str) -> list[Any]:
     definition = memory_node(storage)
     refresh = controlling_fields(definition)
     visible = shown(definition, {})
-    return [input_for(spec, spec.name in refresh, visible[spec.name]) for spec in sorted(definition.fields, key=lambda f: f.order)]
+    return [
+        input_for(spec, spec.name in refresh, visible[spec.name])
+        for spec in sorted(definition.fields, key=lambda f: f.order)
+    ]
 
 
 MEMORY_OUTPUTS = [
     Output(display_name="Memory", name="memory", method="build_message_history", types=["Memory"]),
     Output(display_name="Window", name="window", method="build_window", types=["Message"]),
-    Output(display_name="Conversation search", name="search_tool", method="build_search_tool", types=["Tool"]),
+    Output(
+        display_name="Conversation search",
+        name="search_tool",
+        method="build_search_tool",
+        types=["Tool"],
+    ),
 ]
 
 
@@ -109,7 +125,9 @@ class ChatMemoryComponent(LCChatMemoryComponent):
 
             from ...summarizer import AnthropicSummarizer
 
-            summarizer = AnthropicSummarizer(model=settings.summarizer_model, client=anthropic.Anthropic())
+            summarizer = AnthropicSummarizer(
+                model=settings.summarizer_model, client=anthropic.Anthropic()
+            )
         return ChatMemory(shared_store(url, options), settings.config, summarizer=summarizer)
 
     def build_message_history(self) -> ChatMemoryHistory:
@@ -126,7 +144,9 @@ class ChatMemoryComponent(LCChatMemoryComponent):
         """``conversation_search`` over this conversation, as a Tool for an agent."""
         return as_langchain_tool(self.memory().search_tool(self.conversation_id()))
 
-    def update_build_config(self, build_config: Any, field_value: Any, field_name: str | None = None) -> Any:
+    def update_build_config(
+        self, build_config: Any, field_value: Any, field_name: str | None = None
+    ) -> Any:
         """Show exactly the fields our ``showIf`` shows for the form's current values."""
         show_for_form(self.definition(), build_config, field_value, field_name)
         return build_config

@@ -17,7 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from lfx.custom.utils import create_component_template
-from lfx.graph.flow_builder import add_component, add_connection, configure_component, empty_flow, layout_flow
+from lfx.graph.flow_builder import (
+    add_component,
+    add_connection,
+    configure_component,
+    empty_flow,
+    layout_flow,
+)
 from lfx.graph.flow_builder.builder import load_local_registry
 
 from ...components import auto_memory_tool_node, memory_definitions
@@ -45,7 +51,9 @@ def component_templates() -> dict[str, dict[str, Any]]:
     """Our components' frontend nodes (what the sidebar drags onto the canvas), by name."""
     templates = {}
     for name, file in COMPONENT_FILES.items():
-        template, _ = create_component_template({"code": (BUNDLE / file).read_text(), "output_types": []})
+        template, _ = create_component_template(
+            {"code": (BUNDLE / file).read_text(), "output_types": []}
+        )
         templates[name] = template
     return templates
 
@@ -61,7 +69,9 @@ def _literal(parameters: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in parameters.items() if not is_expression(v)}
 
 
-def memory_parameters(memory: dict[str, Any], overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+def memory_parameters(
+    memory: dict[str, Any], overrides: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The Chat Memory component's values for a template's memory node: its literal
     parameters and its summarizer sub-node's model, then ``overrides``."""
     params = _literal(memory.get("parameters", {}))
@@ -71,17 +81,23 @@ def memory_parameters(memory: dict[str, Any], overrides: dict[str, Any] | None =
     return {**params, **(overrides or {})}
 
 
-def tool_parameters(tool: dict[str, Any], overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+def tool_parameters(
+    tool: dict[str, Any], overrides: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The Auto Memory Tool component's values for a template's tool node. A namespace that
     is an expression of the conversation or session becomes Whose memory = Session ID; any
     other expression (the template's ``${chat_1.userId}``) leaves the User ID to fill in."""
     given = tool.get("parameters", {})
     namespace = given.get(NAMESPACE)
     params = {k: v for k, v in _literal(given).items() if k != NAMESPACE}
-    if is_expression(namespace) and any(key in str(namespace) for key in ("conversationId", "sessionId")):
+    if is_expression(namespace) and any(
+        key in str(namespace) for key in ("conversationId", "sessionId")
+    ):
         params.update({OWNER: SESSION_ID, NAMESPACE: ""})
     else:
-        params.update({OWNER: USER_ID, NAMESPACE: "" if is_expression(namespace) else (namespace or "")})
+        params.update(
+            {OWNER: USER_ID, NAMESPACE: "" if is_expression(namespace) else (namespace or "")}
+        )
     return {**params, **(overrides or {})}
 
 
@@ -107,7 +123,9 @@ def _shown_for(definition: NodeDefinition, params: dict[str, Any]) -> dict[str, 
 
 
 def export_langflow(
-    template_name: str, overrides: dict[str, Any] | None = None, tool_overrides: dict[str, Any] | None = None
+    template_name: str,
+    overrides: dict[str, Any] | None = None,
+    tool_overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The Langflow flow JSON of a chat template (an agent with a Chat Memory sub-node and,
     when the template has one, an Auto Memory Tool). ``overrides`` replace the memory
@@ -123,7 +141,9 @@ def export_langflow(
     memory_name = memory["type"].split("/")[0]
     definitions = {d.name: d for d in memory_definitions() if d.version == 2}
     if memory_name not in definitions:
-        raise ConfigurationError(f"template memory node {memory['type']!r} is not a Chat Memory node")
+        raise ConfigurationError(
+            f"template memory node {memory['type']!r} is not a Chat Memory node"
+        )
     tool = elements.get("tools")
     tool_definition = auto_memory_tool_node()
     if tool is not None and tool["type"] != tool_definition.type:
@@ -141,12 +161,16 @@ def export_langflow(
     _configure(flow, memory_id, params)
     _show(flow, memory_id, _shown_for(definitions[memory_name], params))
     system_prompt = agent["parameters"].get("systemPrompt", "")
-    configure_component(flow, agent_id, {
-        "system_prompt": system_prompt,
-        "add_current_date_tool": False,
-        "add_calculator_tool": False,
-        "max_iterations": int(agent["parameters"].get("maxToolRounds", 8)) + 2,
-    })
+    configure_component(
+        flow,
+        agent_id,
+        {
+            "system_prompt": system_prompt,
+            "add_current_date_tool": False,
+            "add_calculator_tool": False,
+            "max_iterations": int(agent["parameters"].get("maxToolRounds", 8)) + 2,
+        },
+    )
     add_connection(flow, chat_in, "message", agent_id, "input_value", registry=registry)
     add_connection(flow, memory_id, "memory", agent_id, "chat_memory", registry=registry)
     add_connection(flow, model_id, "model_output", agent_id, "model", registry=registry)
@@ -155,7 +179,11 @@ def export_langflow(
         tool_id = add_component(flow, tool_definition.name, registry)["id"]
         values = tool_parameters(tool, tool_overrides)
         _configure(flow, tool_id, values)
-        _show(flow, tool_id, {**_shown_for(tool_definition, values), NAMESPACE: values[OWNER] != SESSION_ID})
+        _show(
+            flow,
+            tool_id,
+            {**_shown_for(tool_definition, values), NAMESPACE: values[OWNER] != SESSION_ID},
+        )
         add_connection(flow, memory_id, "memory", tool_id, "chat_memory", registry=registry)
         add_connection(flow, tool_id, "tool", agent_id, "tools", registry=registry)
     layout_flow(flow)

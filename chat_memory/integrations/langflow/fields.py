@@ -25,7 +25,15 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from lfx.io import BoolInput, DropdownInput, FloatInput, IntInput, MessageTextInput, SecretStrInput, StrInput
+from lfx.io import (
+    BoolInput,
+    DropdownInput,
+    FloatInput,
+    IntInput,
+    MessageTextInput,
+    SecretStrInput,
+    StrInput,
+)
 
 from ...backends.urls import strip_userinfo
 from ...components import FieldSpec, NodeDefinition
@@ -104,7 +112,12 @@ def field_value(spec: FieldSpec, value: Any) -> Any:
         value = value.get_secret_value()
     if value is None or (isinstance(value, str) and not value.strip() and "string" not in types):
         return None
-    if isinstance(value, str) and value == "" and not spec.required and spec.schema.get("minLength"):
+    if (
+        isinstance(value, str)
+        and value == ""
+        and not spec.required
+        and spec.schema.get("minLength")
+    ):
         return None
     if "integer" in types and isinstance(value, str):
         try:
@@ -121,12 +134,20 @@ def shown(definition: NodeDefinition, values: Mapping[str, Any]) -> dict[str, bo
 
 
 def show_for_form(
-    definition: NodeDefinition, build_config: Any, field_value: Any, field_name: str | None, keep: Collection[str] = ()
+    definition: NodeDefinition,
+    build_config: Any,
+    field_value: Any,
+    field_name: str | None,
+    keep: Collection[str] = (),
 ) -> None:
     """Set ``show`` on every field of a canvas form (``build_config``) as our ``showIf`` decides
     for the form's values, ``field_name`` taking its new ``field_value``; the fields in ``keep``
     are left as they are (their visibility follows another rule)."""
-    values = {spec.name: build_config[spec.name].get("value") for spec in definition.fields if spec.name in build_config}
+    values = {
+        spec.name: build_config[spec.name].get("value")
+        for spec in definition.fields
+        if spec.name in build_config
+    }
     if field_name in values:
         values[field_name] = field_value
     for name, visible in shown(definition, values).items():

@@ -17,14 +17,28 @@ from lfx.custom.custom_component.component import Component
 from lfx.io import DropdownInput, HandleInput, MessageTextInput, Output
 
 from ...backends.base import Store
-from ...components import SAME_AS_CHAT_MEMORY, FieldSpec, auto_memory_tool_node, memory_tool_store_target
+from ...components import (
+    SAME_AS_CHAT_MEMORY,
+    FieldSpec,
+    auto_memory_tool_node,
+    memory_tool_store_target,
+)
 from ...components.definitions import NodeDefinition
 from ...errors import ConfigurationError
 from ...longterm import MemoryLimits, MemoryTool, long_term_memory
 from ..langchain import ChatMemoryHistory
 from ..langchain.tools import as_langchain_tool
 from .base import shared_store
-from .fields import SECRET_FIELDS, applicable, canvas_field_order, controlling_fields, field_value, input_for, show_for_form, shown
+from .fields import (
+    SECRET_FIELDS,
+    applicable,
+    canvas_field_order,
+    controlling_fields,
+    field_value,
+    input_for,
+    show_for_form,
+    shown,
+)
 
 #: The choices of Whose memory: the User ID field, or the run's Langflow session id.
 USER_ID, SESSION_ID = "User ID", "Session ID"
@@ -42,7 +56,10 @@ class ExampleMemoryTool(MemoryTool):
 
 def _connection_secret(spec: FieldSpec) -> bool:
     # connection fields are named storage + field (redisUrl, s3EndpointUrl): secret like the field
-    return any(spec.name.lower().endswith(name.lower()) for name in SECRET_FIELDS) and spec.show_if is not None
+    return (
+        any(spec.name.lower().endswith(name.lower()) for name in SECRET_FIELDS)
+        and spec.show_if is not None
+    )
 
 
 def memory_tool_inputs() -> list[Any]:
@@ -82,7 +99,11 @@ def memory_tool_inputs() -> list[Any]:
     ]
     for spec in sorted(definition.fields, key=lambda f: f.order):
         if spec.name != NAMESPACE:
-            inputs.append(input_for(spec, spec.name in refresh, visible[spec.name], secret=_connection_secret(spec)))
+            inputs.append(
+                input_for(
+                    spec, spec.name in refresh, visible[spec.name], secret=_connection_secret(spec)
+                )
+            )
     return inputs
 
 
@@ -103,11 +124,15 @@ class MemoryToolComponent(Component):
         """Whose memory: the User ID field, or the run's session id (refused when blank)."""
         owner = getattr(self, OWNER, None) or USER_ID
         if owner not in (USER_ID, SESSION_ID):
-            raise ConfigurationError(f"Whose memory ({owner!r}) must be {USER_ID!r} or {SESSION_ID!r}")
+            raise ConfigurationError(
+                f"Whose memory ({owner!r}) must be {USER_ID!r} or {SESSION_ID!r}"
+            )
         if owner == SESSION_ID:
             session = getattr(getattr(self, "graph", None), "session_id", None)
             if not session:
-                raise ConfigurationError(f"Whose memory ({SESSION_ID!r}) needs a run with a session id")
+                raise ConfigurationError(
+                    f"Whose memory ({SESSION_ID!r}) needs a run with a session id"
+                )
             return str(session)
         spec = self.definition().field(NAMESPACE)
         assert spec is not None
@@ -152,7 +177,9 @@ class MemoryToolComponent(Component):
         files = long_term_memory(self.store(params), params[NAMESPACE], limits=limits)
         return as_langchain_tool(ExampleMemoryTool(files))  # type: ignore[arg-type]
 
-    def update_build_config(self, build_config: Any, field_value: Any, field_name: str | None = None) -> Any:
+    def update_build_config(
+        self, build_config: Any, field_value: Any, field_name: str | None = None
+    ) -> Any:
         """Show the User ID for Whose memory = User ID, and only the chosen storage's fields."""
         show_for_form(self.definition(), build_config, field_value, field_name, keep=(NAMESPACE,))
         owner = field_value if field_name == OWNER else build_config.get(OWNER, {}).get("value")
@@ -161,6 +188,14 @@ class MemoryToolComponent(Component):
         return build_config
 
 
-MEMORY_TOOL_OUTPUTS = [Output(display_name="Tool", name="tool", method="build_tool", types=["Tool"])]
+MEMORY_TOOL_OUTPUTS = [
+    Output(display_name="Tool", name="tool", method="build_tool", types=["Tool"])
+]
 
-__all__ = ["MEMORY_TOOL_OUTPUTS", "SESSION_ID", "USER_ID", "MemoryToolComponent", "memory_tool_inputs"]
+__all__ = [
+    "MEMORY_TOOL_OUTPUTS",
+    "SESSION_ID",
+    "USER_ID",
+    "MemoryToolComponent",
+    "memory_tool_inputs",
+]

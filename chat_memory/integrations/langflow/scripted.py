@@ -19,16 +19,27 @@ from ..langchain.convert import message_text
 
 def _blocks(message: BaseMessage) -> tuple[str, list[dict[str, Any]]]:
     if isinstance(message, ToolMessage):
-        return "user", [{"type": "tool_result", "tool_use_id": message.tool_call_id, "content": message_text(message)}]
+        return "user", [
+            {
+                "type": "tool_result",
+                "tool_use_id": message.tool_call_id,
+                "content": message_text(message),
+            }
+        ]
     if isinstance(message, AIMessage):
         text = message_text(message)
         blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
-        blocks += [{"type": "tool_use", "id": c["id"], "name": c["name"], "input": c["args"]} for c in message.tool_calls]
+        blocks += [
+            {"type": "tool_use", "id": c["id"], "name": c["name"], "input": c["args"]}
+            for c in message.tool_calls
+        ]
         return "assistant", blocks
     return "user", [{"type": "text", "text": message_text(message)}]
 
 
-def anthropic_request(messages: Sequence[BaseMessage], tools: list[dict[str, Any]], model: str) -> dict[str, Any]:
+def anthropic_request(
+    messages: Sequence[BaseMessage], tools: list[dict[str, Any]], model: str
+) -> dict[str, Any]:
     """The Messages API body for these LangChain messages (adjacent same-role turns merged)."""
     system = "\n\n".join(message_text(m) for m in messages if isinstance(m, SystemMessage))
     turns: list[dict[str, Any]] = []
@@ -61,13 +72,27 @@ class ScriptedChatModel(BaseChatModel):
         specs = []
         for tool in tools:
             function = convert_to_openai_tool(tool)["function"]
-            specs.append({"name": function["name"], "description": function.get("description", ""),
-                          "input_schema": function.get("parameters", {})})
+            specs.append(
+                {
+                    "name": function["name"],
+                    "description": function.get("description", ""),
+                    "input_schema": function.get("parameters", {}),
+                }
+            )
         return self.model_copy(update={"tool_specs": specs})
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
-        content, _ = ScriptedModel().answer(anthropic_request(messages, self.tool_specs, self.model_name))
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
+        content, _ = ScriptedModel().answer(
+            anthropic_request(messages, self.tool_specs, self.model_name)
+        )
         text = " ".join(b["text"] for b in content if b["type"] == "text")
-        calls = [{"name": b["name"], "args": b["input"], "id": b["id"], "type": "tool_call"}
-                 for b in content if b["type"] == "tool_use"]
-        return ChatResult(generations=[ChatGeneration(message=AIMessage(content=text, tool_calls=calls))])
+        calls = [
+            {"name": b["name"], "args": b["input"], "id": b["id"], "type": "tool_call"}
+            for b in content
+            if b["type"] == "tool_use"
+        ]
+        return ChatResult(
+            generations=[ChatGeneration(message=AIMessage(content=text, tool_calls=calls))]
+        )

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
-from chat_memory.integrations.langflow.memory_tool import MEMORY_TOOL_OUTPUTS, MemoryToolComponent, memory_tool_inputs
 from chat_memory.components import auto_memory_tool_node
+from chat_memory.integrations.langflow.memory_tool import (
+    MEMORY_TOOL_OUTPUTS,
+    MemoryToolComponent,
+    memory_tool_inputs,
+)
 
 _NODE = auto_memory_tool_node()
 

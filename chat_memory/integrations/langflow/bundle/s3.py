@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from chat_memory.integrations.langflow.base import MEMORY_OUTPUTS, ChatMemoryComponent, memory_inputs
+from chat_memory.integrations.langflow.base import (
+    MEMORY_OUTPUTS,
+    ChatMemoryComponent,
+    memory_inputs,
+)
 from chat_memory.integrations.langflow.naming import node_texts
 
 _NAME, _TITLE, _DESCRIPTION = node_texts("s3")

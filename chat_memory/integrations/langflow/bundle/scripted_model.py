@@ -14,7 +14,14 @@ class ChatMemoryScriptedModelComponent(Component):
     description = "chat-memory's scripted stand-in model: acknowledges facts and searches the conversation when asked about earlier turns."
     icon = "bot"
     inputs = []
-    outputs = [Output(display_name="Language Model", name="model_output", method="build_model", types=["LanguageModel"])]
+    outputs = [
+        Output(
+            display_name="Language Model",
+            name="model_output",
+            method="build_model",
+            types=["LanguageModel"],
+        )
+    ]
 
     def build_model(self) -> ScriptedChatModel:
         return ScriptedChatModel()
