@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
-from .backends.base import Backoff, CompactionPlan, Snapshot
+from .backends.base import CompactionPlan, Snapshot
+from .backoff import Backoff
 from .config import MemoryConfig
 from .errors import (
     ConcurrencyError,

@@ -24,7 +24,10 @@ settings.register_profile("ci", derandomize=True, print_blob=True, **_UNTIMED)
 settings.load_profile("ci" if os.environ.get("CI") else "local")
 
 pytest.register_assert_rewrite(
-    "tests.fixtures", "tests.helpers", "tests.validators", "chat_memory.testing.store_conformance"
+    "tests.fixtures",
+    "tests.support.helpers",
+    "tests.support.validators",
+    "chat_memory.testing.store_conformance",
 )
 
 from tests import fixtures  # noqa: E402
@@ -47,7 +50,7 @@ def _validate_scripted_requests(monkeypatch):
     """Every request the scripted stand-in model receives (demo, CLI, runtime, templates) must
     be one the Messages API accepts: it sits where Claude would."""
     from chat_memory.testing.scripted_model import ScriptedModel
-    from tests.validators import validate_anthropic_body
+    from tests.support.validators import validate_anthropic_body
 
     answer = ScriptedModel.answer
 

@@ -21,7 +21,7 @@ from chat_memory import AsyncChatMemory, ChatMemory, Event, MemoryConfig, open_a
 from chat_memory.backends.base import AppendsWithoutWindow, CompactionPlan, Snapshot, Store
 from chat_memory.backends.sql import SQLStore
 from chat_memory.errors import InvalidEventError
-from tests.helpers import fixed_tokens
+from tests.support.helpers import fixed_tokens
 
 NONE = MemoryConfig(compaction_strategy="none")
 LONG = 30_000

@@ -24,7 +24,7 @@ from chat_memory.backends.in_memory import InMemoryStore
 from chat_memory.testing.blocking import BlockingMemory, blocking_store
 from chat_memory.testing.store_conformance import StoreConformance
 from tests.conftest import STORE_PARAMS
-from tests.helpers import fixed_tokens, turn
+from tests.support.helpers import fixed_tokens, turn
 
 
 class TestThreadedStores(StoreConformance):

@@ -21,8 +21,8 @@ from chat_memory.backends.redis_async import AsyncRedisStore
 from chat_memory.errors import ConfigurationError, SchemaError, StorageError
 from chat_memory.testing.blocking import BlockingMemory, BlockingStore, blocking_store
 from chat_memory.testing.store_conformance import StoreConformance
-from tests.helpers import fixed_tokens, turn
 from tests.services.redis import free_port
+from tests.support.helpers import fixed_tokens, turn
 from tests.test_async import ENGINE_TESTS
 
 BACKENDS = [

@@ -25,13 +25,14 @@ from chat_memory import (
     ThreadedStore,
     open_async_store,
 )
-from chat_memory.backends.base import Backoff, CompactionPlan
+from chat_memory.backends.base import CompactionPlan
 from chat_memory.backends.sql import SCHEMA_VERSION, AsyncSQLStore, SQLStore
 from chat_memory.backends.sql.async_store import async_url
+from chat_memory.backoff import Backoff
 from chat_memory.errors import ConcurrencyError, ConfigurationError, StorageError
 from chat_memory.testing.blocking import BlockingMemory, BlockingStore, blocking_store, run_blocking
 from chat_memory.testing.store_conformance import StoreConformance
-from tests.helpers import fixed_tokens, turn
+from tests.support.helpers import fixed_tokens, turn
 from tests.test_async import ENGINE_TESTS
 from tests.test_sql_store import _meta, _pretend_version_1
 

@@ -18,7 +18,7 @@ from chat_memory import (
 from chat_memory.backends.base import CompactionPlan, Store
 from chat_memory.events import split_turns
 from chat_memory.search import SearchQuery
-from tests.helpers import fixed_tokens, seqs, turn
+from tests.support.helpers import fixed_tokens, seqs, turn
 
 HOSTILE_IDS = [
     "../etc/passwd",

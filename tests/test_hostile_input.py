@@ -24,8 +24,8 @@ from chat_memory.errors import ConfigurationError, InvalidEventError, InvalidInp
 from chat_memory.pins import current
 from chat_memory.render import to_anthropic, to_openai
 from chat_memory.search import SearchQuery, search_events, search_text
-from tests.helpers import fixed_tokens
-from tests.validators import validate_anthropic_request, validate_openai_messages
+from tests.support.helpers import fixed_tokens
+from tests.support.validators import validate_anthropic_request, validate_openai_messages
 
 # Every backend is slow next to the memory store; a few examples each still reach every
 # code path, the memory store (the reference) gets many more. CHAT_MEMORY_FULL=1: ten times more.

@@ -43,9 +43,9 @@ from chat_memory.integrations.langchain import (
     search_tools,
 )
 from chat_memory.render.plan import MISSING_RESULT_TEXT, SUMMARY_PREFACE
-from tests import agent_script
-from tests.adapter_memory import kind, memory_of, view  # noqa: F401
-from tests.validators import validate_openai_messages
+from tests.support import agent_script
+from tests.support.adapter_memory import kind, memory_of, view  # noqa: F401
+from tests.support.validators import validate_openai_messages
 
 
 def check_pairs(messages: list[BaseMessage]) -> None:
@@ -342,7 +342,7 @@ def test_messages_from_window_puts_the_system_prompt_first(memory_store):
 
 
 class ScriptedChatModel(BaseChatModel):
-    """A chat model that follows tests/agent_script.py and records every request."""
+    """A chat model that follows tests/support/agent_script.py and records every request."""
 
     requests: list[list[BaseMessage]] = []
     calls: Any = None

@@ -36,9 +36,9 @@ from chat_memory.integrations.openai_agents import (
     search_tool,
 )
 from chat_memory.render.plan import MISSING_RESULT_TEXT
-from tests import agent_script
-from tests.adapter_memory import kind, memory_of, view  # noqa: F401
-from tests.validators import validate_openai_messages
+from tests.support import agent_script
+from tests.support.adapter_memory import kind, memory_of, view  # noqa: F401
+from tests.support.validators import validate_openai_messages
 
 set_tracing_disabled(True)  # the SDK would export traces to OpenAI otherwise
 
@@ -303,7 +303,7 @@ def test_the_sync_twins_refuse_an_async_memory_and_name_the_async_method(memory_
 
 
 class ScriptedModel(Model):
-    """A Model following tests/agent_script.py that records every input it is given."""
+    """A Model following tests/support/agent_script.py that records every input it is given."""
 
     def __init__(self) -> None:
         self.requests: list[list[dict[str, Any]]] = []

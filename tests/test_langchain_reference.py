@@ -32,7 +32,7 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 
 from chat_memory import ChatMemory, EventType, InvalidInputError, MemoryConfig
 from chat_memory.integrations.langchain import ChatMemoryHistory, ChatMemoryMiddleware
-from tests import agent_script
+from tests.support import agent_script
 from tests.test_integrations_langchain import ScriptedChatModel, lookup_order, validate
 
 

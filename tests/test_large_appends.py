@@ -17,7 +17,7 @@ from chat_memory.backends.redis_layout import lua
 from chat_memory.errors import StorageError
 from chat_memory.search import SearchQuery
 from chat_memory.testing.blocking import blocking_store
-from tests.helpers import fixed_tokens
+from tests.support.helpers import fixed_tokens
 
 NONE = MemoryConfig(compaction_strategy="none")
 

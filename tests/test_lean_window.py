@@ -10,7 +10,7 @@ import pytest
 from chat_memory import ChatMemory, Event, EventType, InvalidEventError, MemoryConfig
 from chat_memory.backends.base import Store
 from chat_memory.search import RECALL_MARK, SearchQuery, search_text
-from tests.helpers import fixed_tokens, turn
+from tests.support.helpers import fixed_tokens, turn
 
 
 def memory(store: Store, **config) -> ChatMemory:

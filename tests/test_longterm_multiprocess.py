@@ -7,7 +7,7 @@ import pytest
 from chat_memory import open_store
 from chat_memory.longterm import long_term_memory
 from tests.conftest import WRITER_PROCESSES as WRITERS
-from tests.workers import edit_memory_file
+from tests.support.workers import edit_memory_file
 
 EDITS = 12
 

@@ -7,7 +7,7 @@ import pytest
 from chat_memory import ChatMemory, EventType, MemoryConfig, open_store
 from chat_memory.events import split_turns
 from tests.conftest import WRITER_PROCESSES as WRITERS
-from tests.workers import append_turns
+from tests.support.workers import append_turns
 
 TURNS = 25
 

@@ -40,7 +40,7 @@ from openai.types.responses.response_output_item import McpApprovalRequest, McpC
 
 from chat_memory import AsyncChatMemory, ChatMemory, ConfigurationError, EventType, open_store
 from chat_memory.integrations.openai_agents import ChatMemorySession
-from tests.validators import validate_openai_messages
+from tests.support.validators import validate_openai_messages
 
 set_tracing_disabled(True)  # the SDK would export traces to OpenAI otherwise
 

@@ -12,7 +12,7 @@ from chat_memory import ChatMemory, Event, EventType, MemoryConfig
 from chat_memory.backends.in_memory import InMemoryStore
 from chat_memory.events import Window, split_turns
 from chat_memory.strategies import safe_cuts, strategy_for
-from tests.helpers import check_cut, fixed_tokens
+from tests.support.helpers import check_cut, fixed_tokens
 
 TEXT = st.text(alphabet=st.sampled_from("abcdefghij klmnop%_*ÄßΣ🙂"), min_size=0, max_size=30)
 

@@ -15,7 +15,8 @@ from redis.crc import key_slot
 
 from chat_memory import ChatMemory, Event, MemoryConfig, open_store
 from chat_memory.backends import redis_layout as redis_backend
-from chat_memory.backends.base import CompactionPlan, envelope_id_prefix
+from chat_memory.backends.base import CompactionPlan
+from chat_memory.backends.bookkeeping import envelope_id_prefix
 from chat_memory.backends.migrations import Migration
 from chat_memory.backends.redis import RedisStore
 from chat_memory.errors import ConfigurationError, SchemaError, StorageError

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from chat_memory import open_store
-from tests.reliability_workers import (
+from tests.support.reliability_workers import (
     SHARED,
     WriterJob,
     check_history,

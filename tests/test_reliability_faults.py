@@ -23,7 +23,8 @@ from chat_memory import (
     open_store,
 )
 from chat_memory.backends.s3 import S3Store
-from tests.reliability_workers import (
+from tests.services.redis import start_redis
+from tests.support.reliability_workers import (
     SHARED,
     AddRecord,
     check_history,
@@ -35,7 +36,6 @@ from tests.reliability_workers import (
     whole_turn,
     word_count,
 )
-from tests.services.redis import start_redis
 
 WRITERS = 3
 #: a call that takes longer than this has hung (the stores' own timeouts are seconds)

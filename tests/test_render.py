@@ -9,7 +9,7 @@ import pytest
 
 from chat_memory import ConfigurationError, Event, to_anthropic, to_openai
 from chat_memory.render import MISSING_RESULT_TEXT, provider_id
-from tests.validators import validate_anthropic_request, validate_openai_messages
+from tests.support.validators import validate_anthropic_request, validate_openai_messages
 
 
 def render(window, system_prompt=None, **options):

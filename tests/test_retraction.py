@@ -16,8 +16,8 @@ from chat_memory import AsyncChatMemory, ChatMemory, Event, EventType, MemoryCon
 from chat_memory.backends.base import Retracts
 from chat_memory.backends.in_memory import InMemoryStore
 from chat_memory.errors import ConfigurationError, InvalidInputError
-from tests.helpers import fixed_tokens
-from tests.validators import validate_anthropic_request
+from tests.support.helpers import fixed_tokens
+from tests.support.validators import validate_anthropic_request
 
 
 def summarize(previous, events, upcoming):

@@ -21,7 +21,7 @@ from chat_memory.render import to_anthropic
 from chat_memory.summarizer import SUMMARY_SYSTEM_PROMPT
 from chat_memory.templates import template_source
 from chat_memory.testing.scripted_model import ScriptedModel, scripted_client
-from tests.validators import validate_anthropic_body, validate_anthropic_request
+from tests.support.validators import validate_anthropic_body, validate_anthropic_request
 
 CID = "conv ../* %{}'\"ü"
 

@@ -22,8 +22,8 @@ from chat_memory.backends.s3 import S3Store, layout
 from chat_memory.errors import InvalidInputError, SchemaError
 from chat_memory.search import SearchQuery
 from tests.fixtures.s3 import STORE_PARAMS
-from tests.helpers import fixed_tokens, seqs
-from tests.s3_segments import numbered, object_keys, referenced, stored_head
+from tests.support.helpers import fixed_tokens, seqs
+from tests.support.s3_segments import numbered, object_keys, referenced, stored_head
 
 NONE = MemoryConfig(compaction_strategy="none")
 

@@ -13,17 +13,18 @@ from collections.abc import Callable, Iterator
 import pytest
 
 from chat_memory import ChatMemory, Event, MemoryConfig, open_store
-from chat_memory.backends.base import Backoff, CompactionPlan
+from chat_memory.backends.base import CompactionPlan
 from chat_memory.backends.in_memory import InMemoryStore
 from chat_memory.backends.migrations import Migration
 from chat_memory.backends.s3 import S3Store, layout
 from chat_memory.backends.s3.client import make_client
 from chat_memory.backends.s3.layout import Layout, conversation_key
+from chat_memory.backoff import Backoff
 from chat_memory.errors import ConcurrencyError, ConfigurationError, SchemaError, StorageError
 from chat_memory.search import SearchQuery
 from tests.conftest import WRITER_PROCESSES as WRITERS
-from tests.helpers import fixed_tokens, seqs, turn
-from tests.workers import s3_writer
+from tests.support.helpers import fixed_tokens, seqs, turn
+from tests.support.workers import s3_writer
 
 FAST = Backoff(attempts=6, base=0.0005, cap=0.002)
 

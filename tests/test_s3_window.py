@@ -22,9 +22,9 @@ from chat_memory.errors import InvalidEventError
 from chat_memory.search import SearchQuery
 from chat_memory.testing.store_conformance import StoreConformance
 from tests.conftest import WRITER_PROCESSES as WRITERS
-from tests.helpers import fixed_tokens, seqs
-from tests.s3_segments import numbered, object_keys, referenced, stored_head
-from tests.workers import append_turns
+from tests.support.helpers import fixed_tokens, seqs
+from tests.support.s3_segments import numbered, object_keys, referenced, stored_head
+from tests.support.workers import append_turns
 
 NONE = MemoryConfig(compaction_strategy="none")
 

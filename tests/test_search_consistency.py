@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from chat_memory import ChatMemory, Event, MemoryConfig
 from chat_memory.backends.in_memory import InMemoryStore
 from chat_memory.errors import SearchError
-from tests.helpers import fixed_tokens
+from tests.support.helpers import fixed_tokens
 from tests.test_hostile_input import SCALE
 
 # Few characters, so that keywords often hit; each is tricky for some backend's matcher.

@@ -14,7 +14,7 @@ from chat_memory import ChatMemory, Event, MemoryConfig
 from chat_memory.backends.in_memory import InMemoryStore
 from chat_memory.events import Window, turn_starts
 from chat_memory.strategies import MIN_KEPT_TURNS, keep_min_turns
-from tests.helpers import fixed_tokens, turn
+from tests.support.helpers import fixed_tokens, turn
 
 #: strategy -> (limit field, the window's size against that limit, limits to draw)
 LIMITS = {

@@ -13,9 +13,10 @@ import sqlalchemy as sa
 
 from chat_memory import ChatMemory, Event, EventType, MemoryConfig, open_store
 from chat_memory.backends import default_url
-from chat_memory.backends.base import Backoff, CompactionPlan
+from chat_memory.backends.base import CompactionPlan
 from chat_memory.backends.migrations import Migration
 from chat_memory.backends.sql import SCHEMA_VERSION, SQLStore, schema
+from chat_memory.backoff import Backoff
 from chat_memory.errors import ConcurrencyError, ConfigurationError, SchemaError, StorageError
 from chat_memory.search import SearchQuery
 

@@ -18,8 +18,8 @@ from chat_memory import (
     open_store,
 )
 from chat_memory.summarizer import SUMMARY_SYSTEM_PROMPT, summary_request
-from tests.helpers import fixed_tokens
-from tests.validators import validate_anthropic_body
+from tests.support.helpers import fixed_tokens
+from tests.support.validators import validate_anthropic_body
 
 
 def message(text: str) -> dict:

@@ -39,7 +39,7 @@ from chat_memory.safe_json import (
     text_depth,
 )
 from chat_memory.templates import template_source
-from tests.validators import validate_anthropic_body
+from tests.support.validators import validate_anthropic_body
 
 GENERIC = re.compile(
     r"^Error: (conversation_search|fetch_tool_result) failed \(error id ([0-9a-f]{12})\); try again later\.$"

@@ -15,7 +15,7 @@ from chat_memory.backends.base import Store
 from chat_memory.backends.in_memory import InMemoryStore
 from chat_memory.events import turn_starts
 from chat_memory.strategies import SUPERSEDING_TURNS, strategy_for
-from tests.helpers import check_cut, fixed_tokens
+from tests.support.helpers import check_cut, fixed_tokens
 
 
 def memory(store: Store, **config: Any) -> ChatMemory:

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from chat_memory import ChatMemory, Event, EventType, MemoryConfig, open_store
 from chat_memory.compression import compressed_ids, pressure_mark
 from chat_memory.host.agent import Agent
-from tests.helpers import fixed_tokens
+from tests.support.helpers import fixed_tokens
 
 BIG = " ".join(f"row{i}" for i in range(600))  # 600 tokens by fixed_tokens
 

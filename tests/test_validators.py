@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from tests.validators import validate_anthropic_request, validate_openai_messages
+from tests.support.validators import validate_anthropic_request, validate_openai_messages
 
 
 def text(value, **extra):

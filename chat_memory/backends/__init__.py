@@ -13,15 +13,8 @@ from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from ..errors import ChatMemoryError, ConfigurationError
-from .base import (
-    CompactionPlan,
-    ConnectionField,
-    Snapshot,
-    Store,
-    StoreNode,
-    StoreOption,
-    check_conversation_id,
-)
+from .base import CompactionPlan, Snapshot, Store, check_conversation_id
+from .declarations import ConnectionField, StoreNode, StoreOption
 from .registry import schemes, store_class_for, store_classes
 from .urls import password_span, redact_message, redact_url
 

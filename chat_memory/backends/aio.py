@@ -29,8 +29,8 @@ from .base import (
     Retracts,
     Snapshot,
     Store,
-    wrap_driver_errors,
 )
+from .failures import wrap_driver_errors
 
 #: Worker threads of a :class:`ThreadedStore` unless told otherwise: enough to keep a
 #: connection pool busy, few enough that 1,000 waiting conversations queue instead of

@@ -7,8 +7,7 @@ A store keeps, per conversation: a version (bumped by every write), the last ass
 Stores apply compaction plans; they never make them (that is the engine's job).
 
 What a store declares for the registry and the canvas is in :mod:`.declarations`; driver
-errors and retries in :mod:`.failures`; the event bookkeeping stores share in
-:mod:`.bookkeeping`. Their names are importable from here too.
+errors in :mod:`.failures`; the event bookkeeping stores share in :mod:`.bookkeeping`.
 """
 
 from __future__ import annotations
@@ -22,44 +21,21 @@ from ..errors import ConfigurationError, InvalidInputError
 from ..events import Event, Window
 from ..search import SearchQuery, SearchResult
 from .bookkeeping import (
-    archived_copy,
-    envelope_id_prefix,
-    number,
-    retracted_copy,
-    retraction_targets,
-    split_appended,
-    tool_call_fragment,
     tool_events,
-    unstored,
 )
-from .declarations import ConnectionField, StoreNode, StoreOption, settings_from_url
-from .failures import Backoff, wrap_driver_errors
+from .declarations import StoreNode, StoreOption, settings_from_url
+from .failures import wrap_driver_errors
 
 __all__ = [
     "COMPACTION_RECORDS_KEPT",
     "MAX_CONVERSATION_ID_LENGTH",
-    "Backoff",
     "CompactionPlan",
     "AppendsWithoutWindow",
     "CompactsWhileAppending",
-    "ConnectionField",
     "Retracts",
     "Snapshot",
     "Store",
-    "StoreNode",
-    "StoreOption",
-    "archived_copy",
     "check_conversation_id",
-    "envelope_id_prefix",
-    "number",
-    "retracted_copy",
-    "retraction_targets",
-    "settings_from_url",
-    "split_appended",
-    "tool_call_fragment",
-    "tool_events",
-    "unstored",
-    "wrap_driver_errors",
 ]
 
 MAX_CONVERSATION_ID_LENGTH = 1024

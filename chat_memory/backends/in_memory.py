@@ -21,16 +21,17 @@ from .base import (
     Retracts,
     Snapshot,
     Store,
-    StoreNode,
-    StoreOption,
-    archived_copy,
     check_conversation_id,
+)
+from .bookkeeping import (
+    archived_copy,
     number,
     retracted_copy,
     retraction_targets,
     split_appended,
     unstored,
 )
+from .declarations import StoreNode, StoreOption
 
 
 @dataclass

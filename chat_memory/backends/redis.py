@@ -39,16 +39,9 @@ from ..errors import StorageError
 from ..events import Event
 from ..search import SearchQuery, SearchResult
 from ..steps import Steps, run
-from .base import (
-    AppendsWithoutWindow,
-    CompactionPlan,
-    ConnectionField,
-    Retracts,
-    Snapshot,
-    Store,
-    StoreNode,
-    wrap_driver_errors,
-)
+from .base import AppendsWithoutWindow, CompactionPlan, Retracts, Snapshot, Store
+from .declarations import ConnectionField, StoreNode
+from .failures import wrap_driver_errors
 from .migrations import Migration
 from .redis_layout import (
     DEFAULT_MAX_ARCHIVED_EVENTS,

@@ -17,7 +17,8 @@ from ..events import Event
 from ..search import SearchQuery, SearchResult
 from ..steps import Steps, arun
 from .aio import AsyncStore
-from .base import CompactionPlan, Snapshot, wrap_driver_errors
+from .base import CompactionPlan, Snapshot
+from .failures import wrap_driver_errors
 from .migrations import Migration
 from .redis_layout import LuaScript, RedisLayout, driver, driver_target, retry
 

@@ -26,22 +26,15 @@ from importlib import resources
 from typing import Any
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
+from chat_memory.backoff import Backoff
+
 from ..errors import ConcurrencyError, ConfigurationError, InvalidInputError, StorageError
 from ..events import Event, EventType, Window
 from ..search import MatchMode, SearchQuery, SearchResult, search_text
 from ..steps import Sleep, Steps, call
-from .base import (
-    COMPACTION_RECORDS_KEPT,
-    Backoff,
-    CompactionPlan,
-    Snapshot,
-    StoreOption,
-    check_conversation_id,
-    envelope_id_prefix,
-    settings_from_url,
-    tool_call_fragment,
-    tool_events,
-)
+from .base import COMPACTION_RECORDS_KEPT, CompactionPlan, Snapshot, check_conversation_id
+from .bookkeeping import envelope_id_prefix, tool_call_fragment, tool_events
+from .declarations import StoreOption, settings_from_url
 from .migrations import StoredFormat
 
 DEFAULT_PREFIX = "chat-memory:"

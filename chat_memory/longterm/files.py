@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
-from ..backends.base import Backoff, wrap_driver_errors
+from ..backends.failures import wrap_driver_errors
+from ..backoff import Backoff
 from ..errors import ConcurrencyError, ConfigurationError
 from .budget import MemoryLimits
 from .occurrences import echo, find_occurrences, line_list, shown

@@ -12,7 +12,8 @@ from dataclasses import replace
 from typing import ClassVar
 
 from ...events import Event
-from ..base import CompactionPlan, archived_copy
+from ..base import CompactionPlan
+from ..bookkeeping import archived_copy
 from .layout import Head, SegmentRef, bloom_of, chunks, merge_start, segment_name, trim
 from .objects import ConversationObjects, SegmentGone
 

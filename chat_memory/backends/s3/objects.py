@@ -16,10 +16,11 @@ from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from chat_memory.backoff import Backoff
+
 from ...errors import ConcurrencyError, StorageError
 from ...events import Event, EventType
 from ..bookkeeping import archived_copy, tool_events
-from ..failures import Backoff
 from .cache import HeadCache
 from .client import is_conflict, is_missing, was_retried
 from .layout import (

@@ -10,27 +10,23 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from chat_memory.backoff import Backoff
+
 from ...errors import ChatMemoryError, ConfigurationError, InvalidInputError, StorageError
 from ...events import Event
 from ...pins import superseded
 from ...search import SearchQuery, SearchResult, search_text
 from ..base import (
     AppendsWithoutWindow,
-    Backoff,
     CompactionPlan,
     CompactsWhileAppending,
-    ConnectionField,
     Retracts,
     Snapshot,
     Store,
-    StoreNode,
-    StoreOption,
-    archived_copy,
     check_conversation_id,
-    number,
-    split_appended,
-    unstored,
 )
+from ..bookkeeping import archived_copy, number, split_appended, unstored
+from ..declarations import ConnectionField, StoreNode, StoreOption
 from .cache import HeadCache
 from .client import ensure_bucket, make_client, parse_location
 from .compaction import Compacting

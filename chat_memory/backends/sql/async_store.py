@@ -20,11 +20,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 import sqlalchemy as sa
 from sqlalchemy.pool import StaticPool
 
+from chat_memory.backoff import Backoff
+
 from ...errors import ConfigurationError
 from ...events import Event
 from ...search import SearchQuery, SearchResult
 from ..aio import AsyncStore
-from ..base import COMPACTION_RECORDS_KEPT, Backoff, CompactionPlan, Snapshot, check_conversation_id
+from ..base import COMPACTION_RECORDS_KEPT, CompactionPlan, Snapshot, check_conversation_id
 from ..declarations import settings_from_url
 from .engine import (
     Attempts,

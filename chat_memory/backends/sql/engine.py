@@ -17,8 +17,9 @@ from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import StaticPool
 
+from chat_memory.backoff import Backoff
+
 from ...errors import ConcurrencyError, ConfigurationError
-from ..base import Backoff
 from ..urls import is_secret_option, redact_message, redact_url
 
 #: Seconds a SQLite connection waits for another process's write lock before reporting "locked".

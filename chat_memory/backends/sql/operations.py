@@ -23,15 +23,8 @@ from ...errors import ConfigurationError
 from ...events import Event, EventType, Window
 from ...pins import superseded
 from ...search import RECALL_MARK, MatchMode, SearchQuery, SearchResult, search_text
-from ..base import (
-    CompactionPlan,
-    Snapshot,
-    number,
-    retracted_copy,
-    retraction_targets,
-    split_appended,
-    unstored,
-)
+from ..base import CompactionPlan, Snapshot
+from ..bookkeeping import number, retracted_copy, retraction_targets, split_appended, unstored
 from .engine import lock_schema
 from .schema import build_tables, ensure_schema, row_key, stored_message, stored_search_text
 

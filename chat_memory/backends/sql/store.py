@@ -9,22 +9,21 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
+from chat_memory.backoff import Backoff
+
 from ...errors import ConfigurationError
 from ...events import Event
 from ...search import SearchQuery, SearchResult
 from ..base import (
     AppendsWithoutWindow,
-    Backoff,
     CompactionPlan,
     CompactsWhileAppending,
-    ConnectionField,
     Retracts,
     Snapshot,
     Store,
-    StoreNode,
-    StoreOption,
     check_conversation_id,
 )
+from ..declarations import ConnectionField, StoreNode, StoreOption
 from .engine import (
     Attempts,
     Transactions,

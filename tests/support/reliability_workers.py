@@ -27,7 +27,7 @@ SHARED = "shared"
 NO_CAP = 10_000_000
 #: what the forkserver imports once, so that a writer started after a kill begins at once
 PRELOAD = [
-    "tests.reliability_workers",
+    "tests.support.reliability_workers",
     "sqlalchemy",
     "psycopg",
     "redis",

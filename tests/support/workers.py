@@ -51,7 +51,7 @@ def edit_memory_file(url: str, namespace: str, writer: int, edits: int) -> int:
 def s3_writer(url: str, writer: int, adds: int) -> int:
     """Add ``adds`` question/answer turns to the conversation ``shared`` (turn window of 3,
     the test suite's fixed token counter); returns how many were added."""
-    from tests.helpers import fixed_tokens
+    from tests.support.helpers import fixed_tokens
 
     store = open_store(url)
     try:

@@ -1,0 +1,1 @@
+"""What the tests share: helpers, validators of provider requests, worker processes, scripted agents."""
