@@ -1,7 +1,8 @@
 """The native async Redis store (``redis.asyncio``) on the real redis-server and the real Redis
-Cluster: the store conformance suite and the engine's behaviour tests through it, the sync and
-async stores sharing one prefix both ways, what ``open_async_store`` picks, and its faults
-(server down, a dropped connection, bad options) with no password in any message."""
+Cluster: the sync and async stores sharing one prefix both ways, what ``open_async_store``
+picks, and its faults (server down, a dropped connection, bad options) with no password in any
+message. The store protocol on it is tests/test_async_store_conformance.py's, the engine's
+behaviour over it tests/test_engine*.py's (the ``native`` memory kind)."""
 
 from __future__ import annotations
 
@@ -11,19 +12,15 @@ from typing import Any
 
 import pytest
 
-import tests.test_conformance as conformance
 from chat_memory import ChatMemory, Event, MemoryConfig, ThreadedStore, open_async_store
 from chat_memory.aio import AsyncChatMemory
 from chat_memory.backends.aio import native_store_class
 from chat_memory.backends.base import CompactionPlan
 from chat_memory.backends.redis import RedisStore
-from chat_memory.backends.redis_async import AsyncRedisStore
+from chat_memory.backends.redis_aio import AsyncRedisStore
 from chat_memory.errors import ConfigurationError, SchemaError, StorageError
-from chat_memory.testing.blocking import BlockingMemory, BlockingStore, blocking_store
-from chat_memory.testing.store_conformance import StoreConformance
 from tests.services.redis import free_port
 from tests.support.helpers import fixed_tokens, turn
-from tests.test_async import ENGINE_TESTS
 
 BACKENDS = [
     pytest.param("redis_url", marks=pytest.mark.redis, id="server"),
@@ -36,46 +33,6 @@ SECRET = "s3cret-Pa55"
 def url(request) -> str:
     """A fresh prefix on the real server, then on the real cluster."""
     return request.getfixturevalue(request.param)
-
-
-@pytest.fixture
-def async_store(url):
-    """The native store behind a blocking facade (its loop is the facade's background loop)."""
-    store = blocking_store(open_async_store(url))
-    assert isinstance(store.async_store, AsyncRedisStore)
-    yield store
-    store.close()
-
-
-class TestAsyncRedisStore(StoreConformance):
-    """The store protocol, on AsyncRedisStore."""
-
-    @pytest.fixture
-    def store(self, async_store):
-        return async_store
-
-
-def _native(store: Any) -> Any:
-    return store.async_store if isinstance(store, BlockingStore) else store
-
-
-@pytest.mark.parametrize("name", ENGINE_TESTS)
-def test_engine_behaviour_on_the_native_store(name, async_store, monkeypatch):
-    """tests/test_conformance.py's engine tests, AsyncChatMemory driving AsyncRedisStore
-    itself (the tests' own direct store calls go through the blocking facade)."""
-
-    def memory(store, **config):
-        return BlockingMemory(
-            _native(store),
-            MemoryConfig(**{"compact_to_ratio": 1.0, **config}),
-            token_counter=fixed_tokens,
-        )
-
-    monkeypatch.setattr(conformance, "memory", memory)
-    monkeypatch.setattr(
-        conformance, "ChatMemory", lambda store, *a, **k: BlockingMemory(_native(store), *a, **k)
-    )
-    getattr(conformance, name)(async_store)
 
 
 # -- the sync and the async store share data --------------------------------------------------

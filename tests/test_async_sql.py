@@ -1,6 +1,7 @@
 """AsyncSQLStore, the native async SQL store (SQLAlchemy asyncio: aiosqlite, psycopg's async
-mode): the store conformance suite and the engine's behaviour tests through it, sync and async
-stores sharing one database and its schema, open_async_store's choice, errors and lost races."""
+mode): sync and async stores sharing one database and its schema, open_async_store's choice,
+errors and lost races. The store protocol on it is tests/test_async_store_conformance.py's,
+the engine's behaviour over it tests/test_engine*.py's (the ``native`` memory kind)."""
 
 from __future__ import annotations
 
@@ -16,24 +17,20 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.ext.asyncio import create_async_engine
 
-import tests.test_conformance as conformance
 from chat_memory import (
     AsyncChatMemory,
     ChatMemory,
     Event,
-    MemoryConfig,
     ThreadedStore,
     open_async_store,
 )
 from chat_memory.backends.base import CompactionPlan
 from chat_memory.backends.sql import SCHEMA_VERSION, AsyncSQLStore, SQLStore
-from chat_memory.backends.sql.async_store import async_url
+from chat_memory.backends.sql.aio import async_url
 from chat_memory.backoff import Backoff
 from chat_memory.errors import ConcurrencyError, ConfigurationError, StorageError
-from chat_memory.testing.blocking import BlockingMemory, BlockingStore, blocking_store, run_blocking
-from chat_memory.testing.store_conformance import StoreConformance
+from chat_memory.testing.blocking import run_blocking
 from tests.support.helpers import fixed_tokens, turn
-from tests.test_async import ENGINE_TESTS
 from tests.test_sql_store import _meta, _pretend_version_1
 
 SQL_URLS = ["sqlite_url", pytest.param("postgres_url", marks=pytest.mark.postgres)]
@@ -45,44 +42,10 @@ def sql_url(request) -> str:
     return request.getfixturevalue(request.param)
 
 
-@pytest.fixture
-def native_store(sql_url):
-    """The native async store on a fresh database, as a sync Store (see blocking_store)."""
-    blocking = blocking_store(AsyncSQLStore.from_url(sql_url))
-    yield blocking
-    blocking.close()
-
-
-class TestAsyncSQLStore(StoreConformance):
-    """The store protocol on AsyncSQLStore: SQLite file and the real PostgreSQL server."""
-
-    @pytest.fixture
-    def store(self, native_store):
-        return native_store
-
-    def test_it_is_the_native_store_with_one_write_per_turn(self, store):
-        assert isinstance(store.async_store, AsyncSQLStore) and store.async_store.native
-        assert store.async_store.compacts_while_appending
-        assert store.default_max_archived_events is None  # unbounded, as on SQLStore
-
-
-def _memory(store, **config):
-    native = store.async_store if isinstance(store, BlockingStore) else store
-    return BlockingMemory(
-        native, MemoryConfig(**{"compact_to_ratio": 1.0, **config}), token_counter=fixed_tokens
-    )
-
-
-def _chat_memory(store, config=None, summarizer=None, token_counter=None):
-    native = store.async_store if isinstance(store, BlockingStore) else store
-    return BlockingMemory(native, config, summarizer, token_counter)
-
-
-@pytest.mark.parametrize("name", ENGINE_TESTS)
-def test_engine_behaviour_over_the_native_store(name, native_store, monkeypatch):
-    monkeypatch.setattr(conformance, "memory", _memory)
-    monkeypatch.setattr(conformance, "ChatMemory", _chat_memory)
-    getattr(conformance, name)(native_store)
+def test_the_native_store_writes_a_turn_in_one_transaction(async_sqlite_store):
+    assert isinstance(async_sqlite_store, AsyncSQLStore) and async_sqlite_store.native
+    assert async_sqlite_store.compacts_while_appending
+    assert async_sqlite_store.default_max_archived_events is None  # unbounded, as on SQLStore
 
 
 # -- one database, both stores ----------------------------------------------------------

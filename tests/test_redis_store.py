@@ -1,7 +1,7 @@
 """What only the Redis store promises: its key layout (one hash slot per conversation, any id),
 round trips per call, the archive cap and TTL, retry de-duplication, recovery from a script
 cache flush, and a clear StorageError when the server is gone. The behaviour every store shares
-is in test_conformance.py, test_properties.py and test_multiprocess.py."""
+is in test_engine*.py, test_properties.py and test_multiprocess.py."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from redis.crc import key_slot
 
 from chat_memory import ChatMemory, Event, MemoryConfig, open_store
-from chat_memory.backends import redis_layout as redis_backend
+from chat_memory.backends import redis_sansio
 from chat_memory.backends.base import CompactionPlan
 from chat_memory.backends.bookkeeping import envelope_id_prefix
 from chat_memory.backends.migrations import Migration
@@ -233,9 +233,9 @@ def test_an_older_layout_is_migrated_in_place(request, name, monkeypatch):
         RedisStore(client, prefix=prefix).conversations()
     step = Migration(0, "the registry moved to <prefix>conversations", _registry_moved)
     monkeypatch.setattr(
-        redis_backend,
+        redis_sansio,
         "REDIS_LAYOUT",
-        dataclasses.replace(redis_backend.REDIS_LAYOUT, migrations=(step,)),
+        dataclasses.replace(redis_sansio.REDIS_LAYOUT, migrations=(step,)),
     )
     store = RedisStore(client, prefix=prefix)
     assert store.conversations() == ["a", "b"]
@@ -257,19 +257,21 @@ def test_a_failing_migration_leaves_the_old_version_and_is_retried(fakeredis_cli
     attempts: list[int] = []
 
     def flaky(store: RedisStore) -> None:
+        import redis
+
         attempts.append(1)
-        if len(attempts) == 1:
-            raise RuntimeError("migration bug")
+        if len(attempts) == 1:  # the connection drops halfway through the migration
+            raise redis.ConnectionError("migration interrupted")
         _registry_moved(store)
 
     step = Migration(0, "the registry moved", flaky)
     monkeypatch.setattr(
-        redis_backend,
+        redis_sansio,
         "REDIS_LAYOUT",
-        dataclasses.replace(redis_backend.REDIS_LAYOUT, migrations=(step,)),
+        dataclasses.replace(redis_sansio.REDIS_LAYOUT, migrations=(step,)),
     )
     store = RedisStore(fakeredis_client, prefix=prefix)
-    with pytest.raises(StorageError, match="migration bug"):
+    with pytest.raises(StorageError, match="migration interrupted"):
         store.load("a")
     assert fakeredis_client.get(f"{prefix}layout") == b"0" and not fakeredis_client.exists(
         f"{prefix}layout:lock"
@@ -285,9 +287,9 @@ def test_data_from_before_the_layout_key_counts_as_layout_1(fakeredis_client, mo
     ran: list[str] = []
     step = Migration(1, "test step", lambda store: ran.append(store.prefix))
     monkeypatch.setattr(
-        redis_backend,
+        redis_sansio,
         "REDIS_LAYOUT",
-        dataclasses.replace(redis_backend.REDIS_LAYOUT, current=2, migrations=(step,)),
+        dataclasses.replace(redis_sansio.REDIS_LAYOUT, current=2, migrations=(step,)),
     )
     assert RedisStore(fakeredis_client, prefix=prefix).load("a").last_seq == 2
     assert ran == [prefix] and fakeredis_client.get(f"{prefix}layout") == b"2"
@@ -366,6 +368,19 @@ def test_ttl_covers_every_key_and_every_write_refreshes_it(redis_server):
         store.close()
 
 
+def test_a_compaction_error_written_without_a_count_counts_from_0(store):
+    store.append("old", turn(0))
+    meta = store._keys("old")[0]
+    store.client.hset(meta, "error", "summarizer down")  # as chat-memory wrote it before the count
+    snapshot = store.load("old")
+    assert (snapshot.compaction_error, snapshot.compaction_failures) == ("summarizer down", 0)
+    store.record_compaction_error("old", "summarizer down")
+    assert store.load("old").compaction_failures == 1
+    assert int(store.client.hget(meta, "failures")) == 1  # beside the error, in the same hash
+    assert store.apply("old", CompactionPlan(store.load("old").version, archive_through_seq=0))
+    assert store.client.hmget(meta, "error", "failures") == [None, None]
+
+
 def test_conversations_lists_ids_and_forgets_cleared_ones(store):
     for cid in ["b", "a{1}", "c:*"]:
         store.append(cid, turn(0))
@@ -383,8 +398,9 @@ def test_a_retried_append_is_not_applied_twice(fakeredis_store):
     store = fakeredis_store
     envelope = Event.user("once").to_json()
     args = ["dup", 0, "token-1", "w", "a", envelope, "once", envelope_id_prefix(envelope)]
-    store._run("append", "dup", *args)
-    store._run("append", "dup", *args)  # the same request again, as after a lost reply
+    store._do(store._run_steps("append", "dup", *args))
+    # the same request again, as after a lost reply
+    store._do(store._run_steps("append", "dup", *args))
     assert [e.content for e in store.history("dup")] == ["once"]
 
 
@@ -482,6 +498,30 @@ def test_a_cluster_node_down_fails_only_its_own_conversations():
 def test_passed_in_clients_stay_open_and_owned_ones_close(fakeredis_client):
     RedisStore(fakeredis_client).close()
     assert fakeredis_client.ping()
+
+
+@pytest.mark.parametrize(
+    ("old", "name", "new"),
+    [
+        ("redis_async", "AsyncRedisStore", "redis_aio"),
+        ("redis_layout", "REDIS_LAYOUT", "redis_sansio"),
+        ("redis_layout", "RedisLayout", "redis_sansio"),
+    ],
+)
+def test_the_old_module_paths_forward_their_names_with_a_deprecation_warning(old, name, new):
+    """Importing an old module warns of nothing (the store registry imports every module of
+    the package); taking a name from it warns and gives the moved object."""
+    import importlib
+    import warnings
+
+    sys.modules.pop(f"chat_memory.backends.{old}", None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        module = importlib.import_module(f"chat_memory.backends.{old}")
+    with pytest.warns(DeprecationWarning, match=f"chat_memory.backends.{new}"):
+        moved = getattr(module, name)
+    target = importlib.import_module(f"chat_memory.backends.{new}")
+    assert moved is getattr(target, "RedisSansIO" if name == "RedisLayout" else name)
 
 
 def test_missing_driver_names_the_extra(monkeypatch):

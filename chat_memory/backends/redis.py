@@ -21,10 +21,13 @@ checked there, so a digest collision is refused rather than mixed up) and in the
 Stored elements are ``"<seq>:<event JSON>"``.
 
 The layout, the scripts' arguments and the replies are shared with the async store
-(:mod:`.redis_layout`); this module owns only the redis-py I/O.
+(:class:`~chat_memory.backends.redis_sansio.RedisSansIO`, the I/O-free half), and so is the
+driver of their requests (:func:`chat_memory.backends.redis_io.run`); this module owns only
+the sync client.
 
 A store reads ``<prefix>layout`` once, at its first command (one ``GET``; a prefix without
-the key gets it), runs the pending migrations of :data:`REDIS_LAYOUT` under a lock key, and
+the key gets it), runs the pending migrations of
+:data:`~chat_memory.backends.redis_sansio.REDIS_LAYOUT` under a lock key, and
 refuses a newer layout with :class:`SchemaError`. Later commands never look at it again, so
 a turn costs no extra round trip.
 """
@@ -32,28 +35,22 @@ a turn costs no extra round trip.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from ..errors import StorageError
 from ..events import Event
 from ..search import SearchQuery, SearchResult
-from ..steps import Steps, run
 from .base import AppendsWithoutWindow, CompactionPlan, Retracts, Snapshot, Store
 from .declarations import ConnectionField, StoreNode
 from .failures import wrap_driver_errors
-from .migrations import Migration
-from .redis_layout import (
-    DEFAULT_MAX_ARCHIVED_EVENTS,
-    DEFAULT_PREFIX,
-    MIGRATION_LOCK_SECONDS,
-    REDIS_LAYOUT,
-    LuaScript,
-    RedisLayout,
-    driver,
-    driver_target,
-    retry,
-)
+from .redis_io import LuaScript, RedisSteps, ScriptSource, driver, driver_target, retry, run
+from .redis_sansio import DEFAULT_PREFIX, RedisSansIO
+
+if TYPE_CHECKING:
+    from .redis_io import SyncClient
+
+T = TypeVar("T")
 
 #: The canvas node of the Redis stores (sync and async take the same connection fields).
 NODE = StoreNode(
@@ -90,11 +87,7 @@ NODE = StoreNode(
 )
 
 
-def _driver() -> Any:
-    return driver()
-
-
-class RedisStore(RedisLayout, AppendsWithoutWindow, Retracts, Store):
+class RedisStore(RedisSansIO["SyncClient"], AppendsWithoutWindow, Retracts, Store):
     """Conversations in Redis (``redis://``, ``rediss://``) or Redis Cluster
     (``redis+cluster://host:port``).
 
@@ -105,18 +98,20 @@ class RedisStore(RedisLayout, AppendsWithoutWindow, Retracts, Store):
     unbounded); ``ttl_seconds`` expires a whole conversation that long after its last write.
     """
 
-    schemes = RedisLayout.schemes
+    schemes = RedisSansIO.schemes
     node = NODE
+    async_twin = "chat_memory.backends.redis_aio:AsyncRedisStore"
+    long_term = "chat_memory.longterm.redis:RedisFiles"
 
-    def _is_cluster(self, client: Any) -> bool:
-        return isinstance(client, _driver().cluster.RedisCluster)
+    def _is_cluster(self, client: SyncClient) -> bool:
+        return isinstance(client, driver("redis.cluster").cluster.RedisCluster)
 
     @classmethod
     def from_url(cls, url: str, **options: Any) -> RedisStore:
         """Open a store from ``redis://[user:password@]host:port/db?prefix=…&max_archived_events=…&ttl_seconds=…``
         (``rediss://`` for TLS, ``redis+cluster://host:port`` for a cluster). Other query
         parameters, and keyword options that are not store options, go to the redis-py client."""
-        redis = _driver()
+        redis = driver()
         from redis.retry import Retry
 
         settings, driver_url, driver_options, cluster = driver_target(cls, url, options)
@@ -153,100 +148,67 @@ class RedisStore(RedisLayout, AppendsWithoutWindow, Retracts, Store):
         if self._owns_client:
             self.client.close()
 
-    # -- the I/O the shared steps ask for ----------------------------------------------------
+    # -- driving the shared steps -------------------------------------------------------------
 
-    def _command(self, method: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
-        return getattr(self.client, method)(*args, **kwargs)
+    def _do(self, steps: RedisSteps[T]) -> T:
+        return run(steps, self.client, self)
 
-    def _script(self, script: LuaScript, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """EVALSHA, and on NOSCRIPT (first use, SCRIPT FLUSH, restart, failover) EVAL, which
-        also caches the script on the node that ran it. Not redis-py's fallback: on a cluster
-        it sends SCRIPT LOAD to every primary, and so fails while any one of them is down."""
-        try:
-            return self.client.evalsha(script.sha, len(keys), *keys, *args)
-        except _driver().exceptions.NoScriptError:
-            return self.client.eval(script.script, len(keys), *keys, *args)
-
-    def _pipeline(
-        self, commands: Sequence[tuple[str, Sequence[Any]]], transaction: bool
-    ) -> list[Any]:
-        pipe = self.client.pipeline(transaction=transaction)
-        for method, args in commands:
-            getattr(pipe, method)(*args)
-        return pipe.execute()  # type: ignore[no-any-return]
-
-    def _upgrade(self, step: Migration[Any]) -> None:
-        step.upgrade(self)
-
-    def _do(self, steps: Steps[Any]) -> Any:
-        return run(steps, self)
-
-    def _run(self, name: str, cid: str, *args: Any) -> Any:
-        return self._do(self._run_steps(name, cid, *args))
-
-    def _call(self, script: Any, keys: Sequence[str], args: Sequence[Any]) -> Any:
-        """Run any script (``.sha``, ``.script``) after the layout check (long-term memory uses it)."""
-        return self._do(self._script_steps(script, keys, args))
+    def _call(self, script: ScriptSource, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Run any script after the layout check (long-term memory runs its own with it)."""
+        return self._do(self._script_steps(LuaScript.of(script), keys, args))
 
     # -- the store protocol ------------------------------------------------------------------
 
     def load(self, conversation_id: str) -> Snapshot:
-        return self._do(self._load_steps(conversation_id))  # type: ignore[no-any-return]
+        return self._do(self._load_steps(conversation_id))
 
     def history(self, conversation_id: str) -> list[Event]:
-        return self._do(self._history_steps(conversation_id))  # type: ignore[no-any-return]
+        return self._do(self._history_steps(conversation_id))
 
     def search(self, conversation_id: str, query: SearchQuery) -> SearchResult:
-        return self._do(self._search_steps(conversation_id, query))  # type: ignore[no-any-return]
+        return self._do(self._search_steps(conversation_id, query))
 
     def conversations(self) -> list[str]:
-        return self._do(self._conversations_steps())  # type: ignore[no-any-return]
+        return self._do(self._conversations_steps())
 
     def append(self, conversation_id: str, events: Sequence[Event]) -> Snapshot:
-        return self._do(self._append_steps(conversation_id, events))  # type: ignore[no-any-return]
+        return self._do(self._append_steps(conversation_id, events))
 
     @wrap_driver_errors
     def append_without_window(self, conversation_id: str, events: Sequence[Event]) -> list[Event]:
         """Append like :meth:`append` (atomic, idempotent per event id) and return the stored
         copy of each of ``events``, in order, without reading the window: the id index finds
         retried events, so the cost depends on the batch, not on the conversation's length."""
-        return self._do(self._append_without_window_steps(conversation_id, events))  # type: ignore[no-any-return]
+        return self._do(self._append_without_window_steps(conversation_id, events))
 
     def find_events(
         self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]
     ) -> list[Event]:
         """By the event-id and tool-call-id indexes: one script that reads the elements asked for."""
-        return self._do(self._find_events_steps(conversation_id, event_ids, tool_call_ids))  # type: ignore[no-any-return]
+        return self._do(self._find_events_steps(conversation_id, event_ids, tool_call_ids))
 
     def find_tool_events(self, conversation_id: str, tool_call_ids: Collection[str]) -> list[Event]:
         """By the tool-call-id index (window and the capped archive), not the history."""
         return self.find_events(conversation_id, (), tool_call_ids)
 
     def apply(self, conversation_id: str, plan: CompactionPlan) -> bool:
-        return self._do(self._apply_steps(conversation_id, plan))  # type: ignore[no-any-return]
+        return self._do(self._apply_steps(conversation_id, plan))
 
     def compactions(self, conversation_id: str) -> list[dict[str, Any]]:
-        return self._do(self._compactions_steps(conversation_id))  # type: ignore[no-any-return]
+        return self._do(self._compactions_steps(conversation_id))
 
     def record_compaction_error(self, conversation_id: str, message: str | None) -> None:
         self._do(self._record_error_steps(conversation_id, message))
 
     def retract(self, conversation_id: str, event_ids: Collection[str]) -> list[Event]:
         """One script (``retract.lua``): see :class:`~chat_memory.backends.base.Retracts`."""
-        return self._do(self._retract_steps(conversation_id, event_ids))  # type: ignore[no-any-return]
+        return self._do(self._retract_steps(conversation_id, event_ids))
 
     def retracted(self, conversation_id: str) -> list[Event]:
-        return self._do(self._retracted_steps(conversation_id))  # type: ignore[no-any-return]
+        return self._do(self._retracted_steps(conversation_id))
 
     def clear(self, conversation_id: str) -> None:
         self._do(self._clear_steps(conversation_id))
 
 
-__all__ = [
-    "DEFAULT_MAX_ARCHIVED_EVENTS",
-    "DEFAULT_PREFIX",
-    "MIGRATION_LOCK_SECONDS",
-    "REDIS_LAYOUT",
-    "NODE",
-    "RedisStore",
-]
+__all__ = ["NODE", "RedisStore"]

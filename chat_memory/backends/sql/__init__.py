@@ -16,7 +16,7 @@ from .store import SQLStore
 def __getattr__(name: str) -> Any:
     # the async store imports SQLAlchemy's asyncio extension: only when asked for
     if name == "AsyncSQLStore":
-        from .async_store import AsyncSQLStore
+        from .aio import AsyncSQLStore
 
         return AsyncSQLStore
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -29,6 +29,7 @@ from ..aio import AsyncStore
 from ..base import COMPACTION_RECORDS_KEPT, CompactionPlan, Snapshot, check_conversation_id
 from ..declarations import settings_from_url
 from .engine import (
+    SQL_DRIVER_ERRORS,
     Attempts,
     adopt_engine,
     engine_arguments,
@@ -87,6 +88,7 @@ class AsyncSQLStore(AsyncStore):
     extra: ClassVar[str | None] = "asyncio"
     url_options = SQLStore.url_options
     passes_query_to_driver = True
+    driver_errors = SQL_DRIVER_ERRORS
     compaction_records_kept: ClassVar[int] = COMPACTION_RECORDS_KEPT
     compacts_while_appending = True
 

@@ -1,0 +1,527 @@
+"""The Redis stores' I/O-free half: the key layout, the store options, the Lua scripts and
+their arguments, the layout check and migration, and the replies turned into snapshots, events
+and search results — written once, as steps.
+
+Each operation of :class:`RedisSansIO` is a generator typed
+:data:`~chat_memory.backends.redis_io.RedisSteps` ``[T]``: it yields the Redis I/O it needs as
+one of the closed set of requests of :mod:`.redis_io` (a :class:`~.redis_io.Command`, a
+:class:`~.redis_io.Script`, a :class:`~.redis_io.Pipeline`, an :class:`~.redis_io.Upgrade` of
+the layout, or a :class:`~chat_memory.steps.Sleep`), receives the reply and returns its value.
+:class:`~chat_memory.backends.redis.RedisStore` drives the steps with
+:func:`~chat_memory.backends.redis_io.run` (plain redis-py calls) and
+:class:`~chat_memory.backends.redis_aio.AsyncRedisStore` with
+:func:`~chat_memory.backends.redis_io.arun` (awaited ``redis.asyncio`` calls); neither owns
+anything but its client.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import uuid
+from abc import ABC, abstractmethod
+from collections.abc import Collection, Sequence
+from datetime import datetime, timezone
+from functools import cache
+from importlib import resources
+from typing import Any, ClassVar, Generic, Literal, TypeVar
+
+from ..backoff import Backoff
+from ..errors import ConcurrencyError, ConfigurationError, InvalidInputError, StorageError
+from ..events import Event, EventType, Window
+from ..search import MatchMode, SearchQuery, SearchResult, search_text
+from ..steps import Sleep
+from .base import COMPACTION_RECORDS_KEPT, CompactionPlan, Snapshot, check_conversation_id
+from .bookkeeping import envelope_id_prefix, tool_call_fragment, tool_events
+from .declarations import StoreOption
+from .failures import DriverErrors
+from .migrations import StoredFormat
+from .redis_io import (
+    REDIS_DRIVER_ERRORS,
+    SCHEMES,
+    Command,
+    CommandName,
+    LuaScript,
+    Pipeline,
+    RedisSteps,
+    Upgrade,
+    command,
+    script,
+)
+
+#: The client type of a store (a sync or an asyncio redis-py client).
+ClientT = TypeVar("ClientT")
+
+DEFAULT_PREFIX = "chat-memory:"
+DEFAULT_MAX_ARCHIVED_EVENTS = 1000
+URL_OPTIONS = (
+    StoreOption("prefix"),
+    StoreOption("max_archived_events", int, minimum=0, nullable=True),
+    StoreOption("ttl_seconds", int, minimum=1, nullable=True),
+)
+_SUFFIXES = (
+    "meta",
+    "pinned",
+    "active",
+    "archive",
+    "texts",
+    "recent",
+    "compactions",
+    "ids",
+    "calls",
+    "retracted",
+)
+#: Items of the reply of ``window()`` (prelude.lua): version, last seq, error, summary, pinned,
+#: active, archive size, failed compactions; a script that returns more puts it after these.
+_WINDOW_REPLY = 8
+#: The key layout's version and its migrations (N -> N+1), each called with the store (an
+#: async store awaits what a migration returns). Data written before the layout key existed
+#: is layout 1.
+REDIS_LAYOUT: StoredFormat[Any] = StoredFormat(
+    "Redis key layout", current=1, remedy="upgrade chat-memory, or use another prefix"
+)
+#: Seconds a migration may hold the lock before another store may take it over.
+MIGRATION_LOCK_SECONDS = 300
+#: Server time one ``search.lua`` call may take before it returns a cursor (plus at most one
+#: step of about 1 ms): Redis serves no other client while a script runs.
+SEARCH_CALL_MICROSECONDS = 5000
+#: Bytes of text a search call matches (summed over the terms) between two reads of the
+#: server clock: about 0.1 to 1 ms of work.
+SEARCH_CHECK_BYTES = 131_072
+#: How often a search starts over because its conversation was cleared under it.
+SEARCH_RESTARTS = 3
+
+#: The scripts of ``redis_scripts/`` (besides ``prelude.lua``, which each of them but ``prune``
+#: starts with).
+ScriptName = Literal[
+    "append", "apply", "find", "history", "load", "prune", "record_error", "retract", "search"
+]
+
+_UNLOCK = LuaScript(
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
+)
+
+
+@cache
+def lua(name: ScriptName) -> LuaScript:
+    """The script ``redis_scripts/<name>.lua`` (after the shared prelude, except ``prune``)."""
+    folder = resources.files(__package__) / "redis_scripts"
+    body = (folder / f"{name}.lua").read_text(encoding="utf-8")
+    if name != "prune":
+        body = (folder / "prelude.lua").read_text(encoding="utf-8") + "\n" + body
+    return LuaScript(body)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def _event(element: bytes | str, archived: bool = False, retracted: bool = False) -> Event:
+    seq, _, envelope = _text(element).partition(":")
+    return Event.from_json(envelope).model_copy(
+        update={"seq": int(seq), "archived": archived, "retracted": retracted}
+    )
+
+
+def _id_prefix(event_id: str) -> str:
+    """How an envelope starts for an event of this id (``{"id":"…"``), the ``ids`` index's key."""
+    return envelope_id_prefix(Event.user("").model_copy(update={"id": event_id}).to_json())
+
+
+class RedisSansIO(ABC, Generic[ClientT]):
+    """The I/O-free half of the Redis stores (see the module docstring), over a client of
+    type ``ClientT``. ``prefix`` namespaces every key (no ``{`` or ``}``);
+    ``max_archived_events`` caps the archive when a plan names no cap (None: unbounded);
+    ``ttl_seconds`` expires a whole conversation that long after its last write."""
+
+    schemes: ClassVar[tuple[str, ...]] = SCHEMES
+    extra: ClassVar[str | None] = "redis"
+    driver_errors: ClassVar[DriverErrors] = REDIS_DRIVER_ERRORS
+    url_options: ClassVar[tuple[StoreOption, ...]] = URL_OPTIONS
+    passes_query_to_driver: ClassVar[bool] = True
+    compaction_records_kept: ClassVar[int] = COMPACTION_RECORDS_KEPT
+    default_max_archived_events: int | None
+    _layout_checked = False
+
+    def __init__(
+        self,
+        client: ClientT,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        max_archived_events: int | None = DEFAULT_MAX_ARCHIVED_EVENTS,
+        ttl_seconds: int | None = None,
+        owns_client: bool = False,
+    ) -> None:
+        cluster = self._is_cluster(client)
+        if not isinstance(prefix, str) or "{" in prefix or "}" in prefix:
+            raise ConfigurationError(
+                f"prefix ({prefix!r}) must be a string without '{{' or '}}' (they mark hash tags)"
+            )
+        declared = {option.name: option for option in URL_OPTIONS}
+        name = type(self).__name__
+        self.client = client
+        self.cluster = cluster
+        self.prefix = prefix
+        self.default_max_archived_events = declared["max_archived_events"].parse(
+            max_archived_events, name
+        )
+        self.ttl_seconds = declared["ttl_seconds"].parse(ttl_seconds, name)
+        self._owns_client = owns_client
+        self._closed = False
+        self._registry = f"{prefix}conversations"
+
+    @abstractmethod
+    def _is_cluster(self, client: ClientT) -> bool:
+        """Whether ``client`` is a cluster client (refusing one of the wrong kind): each store
+        knows its own driver's client classes."""
+
+    def __repr__(self) -> str:
+        kind = "cluster" if self.cluster else "server"
+        return f"{type(self).__name__}({kind}, prefix={self.prefix!r})"
+
+    def _keys(self, cid: str) -> list[str]:
+        digest = hashlib.sha256(cid.encode("utf-8")).hexdigest()[:32]
+        keys = [f"{self.prefix}{{{digest}}}:{suffix}" for suffix in _SUFFIXES]
+        # the registry lives in another slot: scripts may touch it only on a single server
+        return keys if self.cluster else [*keys, self._registry]
+
+    @property
+    def _layout_key(self) -> str:
+        return f"{self.prefix}layout"
+
+    @property
+    def _ttl(self) -> int:
+        return self.ttl_seconds or 0
+
+    # -- layout version ----------------------------------------------------------------------
+
+    def _layout_steps(self) -> RedisSteps[None]:
+        """Once per store: read the prefix's layout version, migrate older data, refuse newer."""
+        if self._layout_checked:
+            return
+        found = yield from command("get", self._layout_key)
+        if found is None:
+            # a new prefix, or data from before the key existed (which is layout 1)
+            found = 1 if (yield from command("exists", self._registry)) else REDIS_LAYOUT.current
+            yield from command("set", self._layout_key, found, nx=True)
+            found = (
+                yield from command("get", self._layout_key)
+            ) or found  # another store may have set it first
+        where = f"Redis key {self._layout_key!r}"
+        if REDIS_LAYOUT.steps(REDIS_LAYOUT.parse(found, where), where):
+            self._layout_checked = True  # migrations may use the store's own commands
+            try:
+                yield from self._migrate_steps(where)
+            except BaseException:
+                self._layout_checked = False
+                raise
+        self._layout_checked = True
+
+    def _migrate_steps(self, where: str) -> RedisSteps[None]:
+        """Run the pending migrations while holding ``<prefix>layout:lock``; each step's new
+        version is stored as soon as it is done, so an interrupted run resumes where it stopped."""
+        lock, token = f"{self._layout_key}:lock", uuid.uuid4().hex
+        for delay in Backoff(attempts=200, base=0.01, cap=1.0).delays():
+            if (yield from command("set", lock, token, nx=True, ex=MIGRATION_LOCK_SECONDS)):
+                break
+            yield Sleep(delay)
+        else:
+            raise ConcurrencyError(
+                f"the Redis layout lock {lock!r} stayed taken; is a migration still running?"
+            )
+        try:
+            found = REDIS_LAYOUT.parse(
+                (yield from command("get", self._layout_key)), where
+            )  # re-read under the lock
+            for step in REDIS_LAYOUT.steps(found, where):
+                yield Upgrade(step)
+                note = (
+                    f"{datetime.now(timezone.utc).isoformat(timespec='seconds')} {step.description}"
+                )
+                yield from command(
+                    "hset", f"{self._layout_key}:migrations", str(step.to_version), note
+                )
+                yield from command("set", self._layout_key, step.to_version)
+        finally:
+            yield from script(_UNLOCK, (lock,), (token,))
+
+    def _script_steps(
+        self, source: LuaScript, keys: Sequence[str], args: Sequence[Any]
+    ) -> RedisSteps[Any]:
+        """Run any script after the layout check."""
+        yield from self._layout_steps()
+        return (yield from script(source, tuple(keys), tuple(args)))
+
+    def _run_steps(self, name: ScriptName, cid: str, *args: Any) -> RedisSteps[Any]:
+        """Run ``redis_scripts/<name>.lua`` on the keys of conversation ``cid``."""
+        return (yield from self._script_steps(lua(name), self._keys(cid), args))
+
+    def _command_steps(self, name: CommandName, *args: Any) -> RedisSteps[Any]:
+        """One client command after the layout check."""
+        yield from self._layout_steps()
+        return (yield from command(name, *args))
+
+    # -- reading -----------------------------------------------------------------------------
+
+    def _snapshot(self, cid: str, reply: list[Any]) -> Snapshot:
+        version, last_seq, error, summary, pinned, active, archived_count, failures = reply[
+            :_WINDOW_REPLY
+        ]
+        error_text = _text(error)
+        return Snapshot(
+            conversation_id=cid,
+            version=int(version),
+            last_seq=int(last_seq),
+            window=Window(
+                pinned=tuple(_event(e) for e in pinned),
+                summary=_event(summary) if summary else None,
+                active=tuple(_event(e) for e in active),
+            ),
+            archived_count=int(archived_count),
+            compaction_error=error_text[1:] if error_text else None,
+            compaction_failures=int(failures),
+        )
+
+    def _load_steps(self, conversation_id: str) -> RedisSteps[Snapshot]:
+        cid = check_conversation_id(conversation_id)
+        return self._snapshot(cid, (yield from self._run_steps("load", cid)))
+
+    def _history_steps(self, conversation_id: str) -> RedisSteps[list[Event]]:
+        cid = check_conversation_id(conversation_id)
+        reply = yield from self._run_steps("history", cid)
+        events = [
+            *self._snapshot(cid, reply).window.events(),
+            *(_event(e, archived=True) for e in reply[_WINDOW_REPLY]),
+        ]
+        return sorted(events, key=lambda e: e.seq or 0)
+
+    def _search_steps(self, conversation_id: str, query: SearchQuery) -> RedisSteps[SearchResult]:
+        """Run ``search.lua`` slice after slice (each call stops after about
+        :data:`SEARCH_CALL_MICROSECONDS` of server time and returns a cursor), so that a search
+        never holds the single-threaded server for long. Seqs are immutable while a
+        conversation exists, so resuming by seq is exact across appends and compactions; a
+        conversation cleared (or expired) meanwhile shows as a version or last seq that went
+        back, and the search starts over."""
+        cid = check_conversation_id(conversation_id)
+        keys = self._keys(cid)[: len(_SUFFIXES)]
+        mode = "any" if query.match_mode is MatchMode.ANY else "all"
+        recall = "1" if query.include_recall_tools else "0"
+        for _ in range(SEARCH_RESTARTS):
+            cursor: tuple[Any, ...] = (0, 1, "")
+            through = seen_version = 0
+            matched, hits = 0, list[Any]()
+            while True:
+                skip, room = max(0, query.offset - matched), max(0, query.limit - len(hits) // 2)
+                args = (
+                    mode,
+                    recall,
+                    *cursor,
+                    through,
+                    skip,
+                    room,
+                    SEARCH_CALL_MICROSECONDS,
+                    SEARCH_CHECK_BYTES,
+                    *query.terms,
+                )
+                reply = yield from self._script_steps(lua("search"), keys, args)
+                version, last_seq, used_through, next_seq, next_pos, found, count, slice_hits = (
+                    reply
+                )
+                if through and (int(version) < seen_version or int(last_seq) < through):
+                    break  # cleared meanwhile: these seqs are another conversation's now
+                through, seen_version = int(used_through), int(version)
+                matched += int(count)
+                hits += slice_hits
+                if not int(next_seq):
+                    events = [
+                        _event(hits[i + 1], archived=_text(hits[i]) == "1")
+                        for i in range(0, len(hits), 2)
+                    ]
+                    return SearchResult(events=events, total=matched)
+                cursor = (int(next_seq), int(next_pos), _text(found))
+        raise ConcurrencyError(
+            f"conversation {cid!r} was cleared {SEARCH_RESTARTS} times during one search"
+        )
+
+    def _find_events_steps(
+        self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]
+    ) -> RedisSteps[list[Event]]:
+        """``find.lua``: the ids through the ``ids`` index, the call ids through the ``calls``
+        index (window and archive); only the elements asked for are read. When an index is
+        behind (an older chat-memory wrote since), the history instead, once: the next append
+        rebuilds the indexes."""
+        cid = check_conversation_id(conversation_id)
+        wanted_ids, wanted_calls = set(event_ids), set(tool_call_ids)
+        prefixes = [_id_prefix(i) for i in wanted_ids]
+        fields = [tool_call_fragment(i)[len('"tool_call_id":') :] for i in wanted_calls]
+        reply = yield from self._run_steps("find", cid, len(prefixes), *prefixes, *fields)
+        if int(reply[0]):
+            _, by_id, by_call, flags = reply
+            found = [_event(e) for e in by_id] + [
+                _event(e, archived=_text(f) == "1") for e, f in zip(by_call, flags)
+            ]
+        else:
+            history = yield from self._history_steps(cid)
+            found = [
+                e
+                for e in history
+                if e.id in wanted_ids and not e.archived and e.type is not EventType.SUMMARY
+            ]
+            found += tool_events(history, wanted_calls)
+        unique = {e.seq: e for e in found}
+        return sorted(unique.values(), key=lambda e: e.seq or 0)
+
+    def _conversations_steps(self) -> RedisSteps[list[str]]:
+        ids = sorted(_text(m) for m in (yield from self._command_steps("smembers", self._registry)))
+        if self.cluster:
+            # no cross-slot script on a cluster: filter out expired conversations, leave the ids
+            alive = yield Pipeline(
+                tuple(Command("exists", (self._keys(cid)[0],)) for cid in ids), transaction=False
+            )
+            return [cid for cid, found in zip(ids, alive) if found]
+        live: list[str] = []
+        for start in range(0, len(ids), 1000):
+            chunk = ids[start : start + 1000]
+            keys = [self._registry, *(self._keys(cid)[0] for cid in chunk)]
+            live += [
+                _text(cid) for cid in (yield from self._script_steps(lua("prune"), keys, chunk))
+            ]
+        return sorted(live)
+
+    def _compactions_steps(self, conversation_id: str) -> RedisSteps[list[dict[str, Any]]]:
+        cid = check_conversation_id(conversation_id)
+        records = yield from self._command_steps(
+            "lrange", self._keys(cid)[_SUFFIXES.index("compactions")], 0, -1
+        )
+        return [json.loads(_text(r)) for r in records]
+
+    # -- writing -----------------------------------------------------------------------------
+
+    def _append_script_steps(
+        self, cid: str, events: Sequence[Event], reply: str
+    ) -> RedisSteps[list[Any]]:
+        """One append script call (``reply``: ``"w"`` the window, ``"b"`` the batch's seqs).
+        The whole batch goes in one call, so it is stored whole or not at all; the script
+        itself never hands Redis more than 1,000 arguments per command."""
+        args: list[Any] = [cid, self._ttl, uuid.uuid4().hex, reply]
+        for event in events:
+            envelope = event.to_json()
+            if event.type is EventType.SYSTEM:
+                args += ["p", envelope, "", envelope_id_prefix(envelope)]
+            else:
+                args += ["a", envelope, search_text(event) or "", envelope_id_prefix(envelope)]
+        found: list[Any] = yield from self._run_steps("append", cid, *args)
+        if found[0] and self.cluster:
+            yield from command("sadd", self._registry, cid)
+        return found
+
+    def _append_steps(self, conversation_id: str, events: Sequence[Event]) -> RedisSteps[Snapshot]:
+        cid = check_conversation_id(conversation_id)
+        _, reply = yield from self._append_script_steps(cid, events, "w")
+        return self._snapshot(cid, reply)
+
+    def _append_without_window_steps(
+        self, conversation_id: str, events: Sequence[Event]
+    ) -> RedisSteps[list[Event]]:
+        cid = check_conversation_id(conversation_id)
+        _, _, _, seqs, existing = yield from self._append_script_steps(cid, events, "b")
+        stored: list[Event | None] = []
+        for event, seq, element in zip(events, seqs, existing):
+            if int(seq):
+                stored.append(event.model_copy(update={"seq": int(seq), "archived": False}))
+            else:
+                stored.append(_event(element) if element else None)
+        if any(e is None for e in stored):
+            # a request retried after a lost reply whose events a compaction moved since: rare,
+            # so read the history for them
+            by_id = {e.id: e for e in (yield from self._history_steps(cid))}
+            stored = [
+                e if e is not None else by_id.get(event.id) for e, event in zip(stored, events)
+            ]
+        missing = [event.id for e, event in zip(stored, events) if e is None]
+        if missing:
+            raise StorageError(
+                f"the stored copy of event {missing[0]!r} of conversation {cid!r} is gone (cleared?)"
+            )
+        return [e for e in stored if e is not None]
+
+    def _apply_steps(self, conversation_id: str, plan: CompactionPlan) -> RedisSteps[bool]:
+        cid = check_conversation_id(conversation_id)
+        cap = (
+            plan.max_archived_events
+            if plan.max_archived_events is not None
+            else self.default_max_archived_events
+        )
+        summary = (
+            plan.summary.model_copy(update={"seq": None, "archived": False}).to_json()
+            if plan.summary
+            else ""
+        )
+        record = json.dumps(plan.record) if plan.record is not None else ""
+        args = (
+            plan.expected_version,
+            plan.archive_through_seq,
+            summary,
+            "" if cap is None else cap,
+            self._ttl,
+            record,
+            self.compaction_records_kept,
+        )
+        return bool((yield from self._run_steps("apply", cid, *args)))
+
+    def _record_error_steps(self, conversation_id: str, message: str | None) -> RedisSteps[None]:
+        cid = check_conversation_id(conversation_id)
+        yield from self._run_steps(
+            "record_error", cid, "0" if message is None else "1", message or "", self._ttl
+        )
+
+    def _retract_steps(
+        self, conversation_id: str, event_ids: Collection[str]
+    ) -> RedisSteps[list[Event]]:
+        """``retract.lua``: one script moves the events and their tool partners to the
+        ``retracted`` sorted set (same hash slot) and out of the texts and both indexes."""
+        cid = check_conversation_id(conversation_id)
+        prefixes = [_id_prefix(i) for i in dict.fromkeys(event_ids)]
+        if not prefixes:
+            return []
+        reply = yield from self._run_steps("retract", cid, self._ttl, *prefixes)
+        if not int(reply[0]):
+            event_id = json.loads(_text(reply[1])[len('{"id":') :])
+            raise InvalidInputError(
+                f"event_ids: {event_id!r} names a {_text(reply[2])} event (seq {int(reply[3])}); "
+                "pinned system events and summaries cannot be retracted"
+            )
+        return [_event(e, retracted=True) for e in reply[1]]
+
+    def _retracted_steps(self, conversation_id: str) -> RedisSteps[list[Event]]:
+        cid = check_conversation_id(conversation_id)
+        elements = yield from self._command_steps(
+            "zrange", self._keys(cid)[_SUFFIXES.index("retracted")], 0, -1
+        )
+        return [_event(e, retracted=True) for e in elements]
+
+    def _clear_steps(self, conversation_id: str) -> RedisSteps[None]:
+        cid = check_conversation_id(conversation_id)
+        yield from self._layout_steps()
+        keys = self._keys(cid)[: len(_SUFFIXES)]
+        if self.cluster:
+            # registry first: an append racing with this clear re-registers after it
+            yield from command("srem", self._registry, cid)
+            yield from command("delete", *keys)
+            return
+        yield Pipeline(
+            (Command("srem", (self._registry, cid)), Command("delete", tuple(keys))),
+            transaction=True,
+        )
+
+
+__all__ = [
+    "DEFAULT_MAX_ARCHIVED_EVENTS",
+    "DEFAULT_PREFIX",
+    "MIGRATION_LOCK_SECONDS",
+    "REDIS_LAYOUT",
+    "URL_OPTIONS",
+    "RedisSansIO",
+    "ScriptName",
+    "lua",
+]
