@@ -1,7 +1,9 @@
 """Shared fixtures. Each backend contributes a plugin module in ``tests/fixtures/`` that
 defines its store fixtures and lists them in ``STORE_PARAMS`` (stores for the in-process
 conformance suite) and ``STORE_URL_PARAMS`` (URL fixtures another process can open, for the
-multi-process tests). Adding a backend's tests means adding one module there."""
+multi-process tests). A backend with a native async twin lists its async store fixtures in
+``ASYNC_STORE_PARAMS`` too (the async store conformance suite and the engine suite's
+``native`` kind). Adding a backend's tests means adding one module there."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import importlib
 import multiprocessing
 import os
 import pkgutil
+from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
 
 import pytest
@@ -31,6 +34,7 @@ pytest.register_assert_rewrite(
 )
 
 from tests import fixtures  # noqa: E402
+from tests.fixtures.memory_kinds import MemoryKit, memory_kind_params, open_kit  # noqa: E402
 
 _PLUGIN_MODULES = sorted(
     f"{fixtures.__name__}.{m.name}" for m in pkgutil.iter_modules(fixtures.__path__)
@@ -39,10 +43,13 @@ pytest_plugins = _PLUGIN_MODULES
 
 STORE_PARAMS: list = []
 STORE_URL_PARAMS: list = []
+ASYNC_STORE_PARAMS: list = []
 for _name in _PLUGIN_MODULES:
     _module = importlib.import_module(_name)
     STORE_PARAMS += getattr(_module, "STORE_PARAMS", [])
     STORE_URL_PARAMS += getattr(_module, "STORE_URL_PARAMS", [])
+    ASYNC_STORE_PARAMS += getattr(_module, "ASYNC_STORE_PARAMS", [])
+MEMORY_KIND_PARAMS = memory_kind_params(STORE_PARAMS, ASYNC_STORE_PARAMS)
 
 
 @pytest.fixture(autouse=True)
@@ -65,6 +72,15 @@ def _validate_scripted_requests(monkeypatch):
 def store(request):
     """Every backend's store, empty, one after another."""
     return request.getfixturevalue(request.param)
+
+
+@pytest.fixture(params=MEMORY_KIND_PARAMS)
+def memory(request) -> Iterator[MemoryKit]:
+    """The engine suite's memory kinds (tests/fixtures/memory_kinds.py), one after another:
+    ChatMemory on every store, AsyncChatMemory over ThreadedStore and over each native async
+    store. Call it for a memory (``memory(max_turns=2)``); ``memory.store`` is its store."""
+    kind, fixture = request.param
+    yield from open_kit(kind, request.getfixturevalue(fixture))
 
 
 #: Processes of the multi-process tests: more than the 2 cores CI has, so writers interleave.

@@ -1,6 +1,7 @@
-"""AsyncChatMemory and the async stores: the store conformance suite through a blocking
-facade, the engine's behaviour tests run against AsyncChatMemory on every store, async
-summarizers and tools, and many conversations on one event loop that never stalls it."""
+"""AsyncChatMemory and ThreadedStore: async summarizers and tools, bad input, what
+open_async_store picks, and many conversations on one event loop that never stalls it. The
+engine's behaviour on the async API is tests/test_engine*.py's (its threaded and native memory
+kinds); the async store protocol is tests/test_async_store_conformance.py's."""
 
 from __future__ import annotations
 
@@ -9,72 +10,17 @@ import threading
 
 import pytest
 
-import tests.test_conformance as conformance
 from chat_memory import (
     AsyncChatMemory,
     ConfigurationError,
     Event,
     InvalidEventError,
-    MemoryConfig,
     ThreadedStore,
     open_async_store,
 )
 from chat_memory.backends.aio import AsyncStore
 from chat_memory.backends.in_memory import InMemoryStore
-from chat_memory.testing.blocking import BlockingMemory, blocking_store
-from chat_memory.testing.store_conformance import StoreConformance
-from tests.conftest import STORE_PARAMS
 from tests.support.helpers import fixed_tokens, turn
-
-
-class TestThreadedStores(StoreConformance):
-    """The store protocol, through ThreadedStore, on every backend."""
-
-    @pytest.fixture(params=STORE_PARAMS)
-    def store(self, request):
-        return blocking_store(ThreadedStore(request.getfixturevalue(request.param), max_workers=4))
-
-
-#: The engine's behaviour tests (tests/test_conformance.py) re-run with AsyncChatMemory:
-#: add, window, search, compaction, idempotency, tool pairs and the safety nets.
-ENGINE_TESTS = [
-    "test_append_assigns_gap_free_seq_and_keeps_order",
-    "test_stored_fields_round_trip",
-    "test_system_events_are_pinned_and_never_archived",
-    "test_window_is_pinned_then_summary_then_active",
-    "test_turn_window_keeps_whole_turns",
-    "test_newest_turn_is_never_archived_even_when_over_the_limit",
-    "test_token_count_archives_until_the_window_fits",
-    "test_recursive_summarization_replaces_the_summary_and_sees_overlap",
-    "test_summarizer_outage_loses_nothing_and_is_retried",
-    "test_empty_summary_is_a_failure_not_a_loss",
-    "test_compact_reports_what_it_did",
-    "test_stale_compaction_after_concurrent_append_is_replanned",
-    "test_search_is_literal_case_insensitive_and_paged",
-    "test_search_covers_tool_calls_and_results_and_match_modes",
-    "test_bad_events_are_refused_and_nothing_is_stored",
-    "test_tool_result_may_follow_its_call_in_a_later_add",
-    "test_clear_removes_everything_and_restarts_seq",
-    "test_add_is_idempotent_per_event_id",
-    "test_concurrent_retries_of_one_add_store_it_once",
-]
-
-
-@pytest.mark.parametrize("name", ENGINE_TESTS)
-def test_engine_behaviour_through_the_async_api(name, store, monkeypatch):
-    def memory(store, **config):
-        return BlockingMemory(
-            store, MemoryConfig(**{"compact_to_ratio": 1.0, **config}), token_counter=fixed_tokens
-        )
-
-    monkeypatch.setattr(conformance, "memory", memory)
-    monkeypatch.setattr(conformance, "ChatMemory", BlockingMemory)
-    getattr(conformance, name)(store)
-
-
-def test_every_selected_engine_test_exists():
-    assert all(callable(getattr(conformance, name, None)) for name in ENGINE_TESTS)
-
 
 # -- the async API itself -------------------------------------------------------------------
 
