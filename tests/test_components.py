@@ -117,6 +117,50 @@ def test_labels_and_defaults_come_from_memory_config():
             assert prop.get("default") == expected
 
 
+#: Each memory field's JSON Schema (beside title and description) and whether it is advanced,
+#: as the canvas has always had them: derived now from MemoryConfig's Field metadata.
+_POSITIVE = {"type": "integer", "minimum": 1}
+_RATIO = {"type": "number", "exclusiveMinimum": 0, "maximum": 1}
+MEMORY_FIELD_SCHEMAS = {
+    "compactionStrategy": ({"type": "string", "enum": strategy_names(), "default": "none"}, False),
+    "maxEvents": ({**_POSITIVE, "default": 20}, False),
+    "maxTurns": ({**_POSITIVE, "default": 10}, False),
+    "maxTokens": ({**_POSITIVE, "default": 4000}, False),
+    "maxEventsToKeep": ({**_POSITIVE, "default": 10}, False),
+    "overlapSize": ({"type": "integer", "minimum": 0, "default": 2}, False),
+    "compactToRatio": ({**_RATIO, "default": 0.5}, False),
+    "summaryPlacement": (
+        {"type": "string", "enum": ["user_message", "system_prompt"], "default": "user_message"},
+        True,
+    ),
+    "summarizerModel": ({"type": ["string", "null"]}, False),
+    "enableConversationSearchTool": ({"type": "boolean", "default": False}, False),
+    "searchPageSize": ({**_POSITIVE, "default": 10}, True),
+    "maxArchivedEvents": ({"type": ["integer", "null"], "minimum": 1}, True),
+    "compressToolResults": ({"type": "boolean", "default": False}, False),
+    "minToolResultCompressTokens": ({**_POSITIVE, "default": 500}, True),
+    "keepRecentToolResults": ({"type": "integer", "minimum": 0, "default": 3}, True),
+    "contextWindowTokens": ({**_POSITIVE, "default": 200_000}, False),
+    "compactAtRatio": ({**_RATIO, "default": 0.8}, False),
+    "summarizerFailuresBeforeFallback": ({**_POSITIVE, "default": 3}, True),
+    "maxToolResultTokens": ({"type": ["integer", "null"], "minimum": 1}, True),
+}
+
+
+def test_memory_fields_keep_their_schema_order_and_canvas_hints():
+    definition = REGISTRY.get("chatMemory/v2")
+    memory = [f for f in sorted(definition.fields, key=lambda f: f.order)][1:]
+    assert [f.name for f in memory] == list(MEMORY_FIELD_SCHEMAS)
+    assert [f.order for f in memory] == list(range(1, len(memory) + 1))
+    for spec in memory:
+        schema, advanced = MEMORY_FIELD_SCHEMAS[spec.name]
+        # key order too: the JSON the canvas loads is unchanged
+        assert list(spec.schema.items()) == list(schema.items()), spec.name
+        assert spec.advanced is advanced, spec.name
+    jdbc = REGISTRY.get("jdbcChatMemory/v2")
+    assert [f.order for f in jdbc.fields if f.name in ("url", "tablePrefix")] == [20, 21]
+
+
 @pytest.mark.parametrize("definition", V2_MEMORY, ids=lambda d: d.type)
 @pytest.mark.parametrize("strategy", strategy_names())
 def test_show_if_shows_each_strategy_only_the_fields_it_needs(definition, strategy):

@@ -193,3 +193,29 @@ def _no_user_warning() -> Iterator[None]:
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
         yield
+
+
+@pytest.mark.parametrize("name", list(MemoryConfig.model_fields))
+def test_each_setting_is_described_once_by_its_field(name):
+    """The canvas field of a setting (label, help text, bounds) is its ``Field``'s, and the
+    bounds the canvas shows are the ones MemoryConfig applies."""
+    from chat_memory.components.fields import memory_fields
+
+    field = MemoryConfig.model_fields[name]
+    assert field.title and field.description
+    [spec] = [f for f in memory_fields() if f.name == field.alias]
+    assert (spec.label, spec.description) == (field.title, field.description)
+    schema = spec.schema
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # a limit the default strategy ignores
+        if "minimum" in schema:
+            assert getattr(MemoryConfig(**{name: schema["minimum"]}), name) == schema["minimum"]
+            with pytest.raises(ConfigurationError, match=rf"^{field.title} \("):
+                MemoryConfig(**{name: schema["minimum"] - 1})
+        if "exclusiveMinimum" in schema:
+            with pytest.raises(ConfigurationError, match=rf"^{field.title} \("):
+                MemoryConfig(**{name: schema["exclusiveMinimum"]})
+        if "maximum" in schema:
+            assert getattr(MemoryConfig(**{name: schema["maximum"]}), name) == schema["maximum"]
+            with pytest.raises(ConfigurationError, match=rf"^{field.title} \("):
+                MemoryConfig(**{name: schema["maximum"] + 0.5})

@@ -272,3 +272,43 @@ def test_the_template_answers_or_refuses_any_chat_message(message, answered):
         else:
             with pytest.raises(ChatMemoryError):
                 runner.send("c", message)
+
+
+def test_any_value_of_a_strategy_setting_is_built_or_refused_with_a_configuration_error():
+    """A strategy's own setting gets the same treatment as MemoryConfig's (the strategy is
+    registered for this test only: other tests list the strategies)."""
+    from pydantic import Field
+
+    from chat_memory.strategies import Strategy, StrategySettings, registry
+
+    class Depth(StrategySettings):
+        depth: int = Field(2, title="Depth", description="How deep.", ge=1, le=9)
+        share: float = Field(0.5, title="Share", description="How much.", gt=0, lt=1)
+
+    class Deep(Strategy):
+        name = "test_deep"
+        label = "Deep"
+        extra_settings = Depth
+
+        def plan(self, window):
+            return None
+
+    @ON_MEMORY
+    @given(
+        parameters=st.dictionaries(
+            st.sampled_from(["depth", "share", "compactionStrategy"]), ODD_VALUES, max_size=3
+        )
+    )
+    def check(parameters):
+        try:
+            config = MemoryConfig(**{"compaction_strategy": "test_deep", **parameters})
+        except ConfigurationError as exc:
+            assert str(exc)
+            return
+        if config.compaction_strategy == "test_deep":
+            assert 1 <= config.depth <= 9 and 0 < config.share < 1
+
+    try:
+        check()
+    finally:
+        registry.unregister(Deep)

@@ -5,14 +5,14 @@ registry by ``name/vN``) that a workflow host builds on."""
 
 from __future__ import annotations
 
-from .definitions import ClusterSlot, NodeDefinition, memory_definitions, memory_node
+from .definitions import ClusterSlot, NodeDefinition, memory_definitions, memory_node, store_nodes
 from .fields import FieldSpec
 from .memory_tool import SAME_AS_CHAT_MEMORY, TOOL, auto_memory_tool_node, memory_tool_store_target
 from .registry import NodeRegistry, parse_type
 from .settings import MemoryNodeSettings, memory_settings
 
 #: The version-2 Chat Memory node names, one per storage.
-MEMORY_NODE_NAMES = tuple(d.name for d in memory_definitions() if d.version == 2)
+MEMORY_NODE_NAMES = tuple(node.name for node, _ in store_nodes())
 
 __all__ = [
     "MEMORY_NODE_NAMES",

@@ -178,7 +178,8 @@ def memory_node(storage: str, version: int = 2) -> NodeDefinition:
     node, _ = store_node(storage)
     name, title, description = node.name, node.title, node.description
     if version == 2:
-        fields = (CONVERSATION_ID, *memory_fields(), *connection_fields(node))
+        memory = memory_fields()
+        fields = (CONVERSATION_ID, *memory, *connection_fields(node, memory[-1].order + 1))
         slots: tuple[ClusterSlot, ...] = (summarizer_slot(),)
     elif version == 1:
         fields, slots = (CONVERSATION_ID, MAX_MESSAGES_V1, *connection_fields(node)), ()

@@ -1,23 +1,32 @@
 """Node fields: one JSON Schema property plus its canvas hints (``x-ui``), and the field sets
-the Chat Memory nodes share. Memory fields are derived from :class:`MemoryConfig` (defaults,
-enums) and :data:`FIELD_LABELS` (labels), so the canvas and the library cannot drift apart."""
+the Chat Memory nodes share. Memory fields are derived from the settings' own descriptions
+(the ``Field`` metadata of :class:`MemoryConfig` and of each strategy's ``extra_settings``:
+label, help text, default, enum, bounds, canvas hints), so the canvas and the library cannot
+drift apart."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any
 
+from pydantic.fields import FieldInfo
+
 from ..backends import ConnectionField, StoreNode
-from ..config import FIELD_LABELS, MemoryConfig, SummaryPlacement
+from ..config import MemoryConfig
 from ..errors import ConfigurationError
-from ..strategies import strategy_class, strategy_names
+from ..settings_model import (
+    bounds_of,
+    enum_values,
+    label_of,
+    number_kind,
+    plain_default,
+    ui_hints,
+)
+from ..strategies import Strategy, strategy_classes
 
 #: ``showIf`` maps another field's name to the values that show this field: keys AND, values OR.
 ShowIf = Mapping[str, list[Any]]
-
-_POSITIVE_INT: dict[str, Any] = {"type": "integer", "minimum": 1}
 
 
 @dataclass(frozen=True)
@@ -89,21 +98,6 @@ class FieldSpec:
         return value
 
 
-def _default(name: str) -> Any:
-    value = MemoryConfig.model_fields[name].default
-    return value.value if isinstance(value, Enum) else value
-
-
-def _memory_field(
-    name: str, schema: dict[str, Any], description: str, order: int, **hints: Any
-) -> FieldSpec:
-    alias = MemoryConfig.model_fields[name].alias or name
-    default = _default(name)
-    if default is not None:
-        schema = {**schema, "default": default}
-    return FieldSpec(alias, schema, FIELD_LABELS[name], description, order, **hints)
-
-
 CONVERSATION_ID = FieldSpec(
     "conversationId",
     {"type": "string", "minLength": 1},
@@ -114,175 +108,125 @@ CONVERSATION_ID = FieldSpec(
     placeholder="${chat_1.conversationId}",
 )
 
-#: The memory fields of the version-2 nodes, in canvas order: (config field, JSON Schema,
-#: description, advanced). Which strategies show a field comes from the strategies' own
-#: declarations (:func:`shown_for`), so a new strategy needs no edit here.
-_MEMORY_FIELD_TEXTS: tuple[tuple[str, dict[str, Any], str, bool], ...] = (
-    (
-        "compaction_strategy",
-        {"type": "string"},
-        "How the window the model sees is kept bounded; compacted turns are archived, never deleted.",
-        False,
-    ),
-    (
-        "max_events",
-        _POSITIVE_INT,
-        "Most real events (messages, tool calls, tool results) kept in view before compaction.",
-        False,
-    ),
-    (
-        "max_turns",
-        _POSITIVE_INT,
-        "Most turns (a user message and everything after it) kept in view.",
-        False,
-    ),
-    (
-        "max_tokens",
-        _POSITIVE_INT,
-        "Most estimated tokens in view (pinned instructions and summary included).",
-        False,
-    ),
-    (
-        "max_events_to_keep",
-        _POSITIVE_INT,
-        "Newest events kept in view when older ones are summarised.",
-        False,
-    ),
-    (
-        "overlap_size",
-        {"type": "integer", "minimum": 0},
-        "Kept events the summarizer also sees as upcoming context (not summarised).",
-        False,
-    ),
-    (
-        "compact_to_ratio",
-        {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-        "What a compaction leaves, as a fraction of the limit (0.5: compact to half). Below 1 the oldest "
-        "messages stay unchanged for several turns, so the provider's prompt cache serves them cheaply; "
-        "1 compacts just below the limit on every turn.",
-        False,
-    ),
-    (
-        "summary_placement",
-        {"type": "string", "enum": [p.value for p in SummaryPlacement]},
-        "Where the model sees the summary: as a leading user message or in the system prompt.",
-        True,
-    ),
-    (
-        "enable_conversation_search_tool",
-        {"type": "boolean"},
-        "Give the agent the conversation_search tool over the whole history, archive included.",
-        False,
-    ),
-    ("search_page_size", _POSITIVE_INT, "Results per page of conversation_search.", True),
-    (
-        "max_archived_events",
-        {"type": ["integer", "null"], "minimum": 1},
-        "Oldest archived events beyond this many are dropped; empty means the storage's default.",
-        True,
-    ),
-    (
-        "compress_tool_results",
-        {"type": "boolean"},
-        "Show large tool results the model has already read as a short preview once the window fills up; "
-        "the full text stays stored and the agent gets fetch_tool_result to read it again.",
-        False,
-    ),
-    (
-        "min_tool_result_compress_tokens",
-        _POSITIVE_INT,
-        "Tool results smaller than this many tokens are never shortened.",
-        True,
-    ),
-    (
-        "keep_recent_tool_results",
-        {"type": "integer", "minimum": 0},
-        "Newest tool results always shown in full.",
-        True,
-    ),
-    (
-        "context_window_tokens",
-        _POSITIVE_INT,
-        "The model's context window in tokens; no single event may be larger.",
-        False,
-    ),
-    (
-        "compact_at_ratio",
-        {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-        "Compact when the window reaches this share of the context window (0.8: at 80%).",
-        False,
-    ),
-    (
-        "summarizer_failures_before_fallback",
-        _POSITIVE_INT,
-        "After this many failed summaries in a row, compaction archives without a new summary (the window "
-        "stays bounded; the archived turns stay searchable).",
-        True,
-    ),
-    (
-        "max_tool_result_tokens",
-        {"type": ["integer", "null"], "minimum": 1},
-        "Tool results longer than this are cut when stored, with a visible note; empty keeps them whole.",
-        True,
-    ),
-)
-#: Memory fields every strategy shows, and those that follow another field instead.
-_ALWAYS_SHOWN = frozenset(
-    {
-        "compaction_strategy",
-        "enable_conversation_search_tool",
-        "compress_tool_results",
-        "max_tool_result_tokens",
-    }
-)
-_SHOWN_BY_FIELD: dict[str, ShowIf] = {
-    "search_page_size": {"enableConversationSearchTool": [True]},
-    "min_tool_result_compress_tokens": {"compressToolResults": [True]},
-    "keep_recent_tool_results": {"compressToolResults": [True]},
-}
-
-
-def shown_for(config_field: str) -> list[str]:
-    """The strategies for which the canvas shows a config field: those listing it in their
-    ``settings``, every compacting one for the archive cap, every summarizing one for the
-    summarizer's fallback."""
-    implied = {
-        "max_archived_events": "compacts",
-        "summarizer_failures_before_fallback": "summarizes",
-    }
-    shown = []
-    for name in strategy_names():
-        strategy = strategy_class(name)
-        if config_field in strategy.settings or getattr(
-            strategy, implied.get(config_field, ""), False
-        ):
-            shown.append(name)
-    return shown
+#: The strategies' own settings (their ``extra_settings``) stand after this MemoryConfig
+#: setting, the last of the strategies' limits, so that a strategy's fields follow its choice.
+STRATEGY_SETTINGS_AFTER = "compact_to_ratio"
 
 
 def summarizing_strategies() -> list[str]:
     """The strategies that need a summarizer model."""
-    return [name for name in strategy_names() if strategy_class(name).summarizes]
+    return [strategy.name for strategy in strategy_classes() if strategy.summarizes]
+
+
+def shown_for(config_field: str) -> list[str]:
+    """The strategies for which the canvas shows a setting shown by strategy: those that read
+    it (:meth:`Strategy.reads`), or every compacting one / every summarizing one when its
+    ``Field`` says ``shown_for="compacting"`` / ``"summarizing"``."""
+    field_info = MemoryConfig.model_fields.get(config_field)
+    rule = ui_hints(field_info).get("shownFor", "readers") if field_info else "readers"
+    return [s.name for s in strategy_classes() if _shows(s, config_field, rule)]
+
+
+def _shows(strategy: type[Strategy], setting: str, rule: str) -> bool:
+    if rule == "compacting":
+        return strategy.compacts
+    if rule == "summarizing":
+        return strategy.summarizes
+    return strategy.reads(setting)
+
+
+def setting_schema(field_info: FieldInfo) -> dict[str, Any]:
+    """The JSON Schema of a setting from its ``Field``: type, enum, bounds (an integer's
+    ``gt=0`` is ``minimum: 1``) and default."""
+    kind, nullable = number_kind(field_info)
+    values = enum_values(field_info)
+    if kind is not None:
+        base = "integer" if kind is int else "number"
+    elif values is not None or field_info.annotation is str:
+        base = "string"
+    elif field_info.annotation is bool:
+        base = "boolean"
+    else:
+        raise ConfigurationError(
+            f"a setting of type {field_info.annotation!r} has no canvas field (use int, float, "
+            "bool, str or an Enum)"
+        )
+    schema: dict[str, Any] = {"type": [base, "null"] if nullable else base}
+    if values is not None:
+        schema["enum"] = values
+    for kind_, bound in bounds_of(field_info).items():
+        if kind is int and kind_ in ("gt", "lt"):
+            # whole numbers: greater than 0 is at least 1
+            schema["minimum" if kind_ == "gt" else "maximum"] = int(bound) + (
+                1 if kind_ == "gt" else -1
+            )
+        else:
+            key = {
+                "gt": "exclusiveMinimum",
+                "ge": "minimum",
+                "lt": "exclusiveMaximum",
+                "le": "maximum",
+            }[kind_]
+            schema[key] = bound
+    default = plain_default(field_info)
+    if default is not None:
+        schema["default"] = default
+    return schema
+
+
+def setting_field(
+    name: str, field_info: FieldInfo, order: int, readers: list[str] | None = None
+) -> FieldSpec:
+    """The canvas field of one setting, from its ``Field``. ``readers`` are the strategies
+    that show it (computed from the setting's rule when None)."""
+    hints = ui_hints(field_info)
+    schema = setting_schema(field_info)
+    extra_ui: dict[str, Any] = {}
+    show_if: ShowIf | None = hints.get("showIf")
+    if name == "compaction_strategy":
+        strategies = strategy_classes()
+        schema = {"type": "string", "enum": [s.name for s in strategies], **schema}
+        extra_ui["options"] = {s.name: s.label for s in strategies}
+    elif show_if is None and hints.get("shownFor") != "every strategy":
+        show_if = {"compactionStrategy": readers if readers is not None else shown_for(name)}
+    return FieldSpec(
+        field_info.alias or name,
+        schema,
+        label_of(name, field_info),
+        field_info.description or label_of(name, field_info),
+        order,
+        advanced=bool(hints.get("advanced", False)),
+        show_if=show_if,
+        extra_ui=extra_ui,
+    )
+
+
+def strategy_setting_fields(first_order: int) -> list[FieldSpec]:
+    """The canvas fields of the settings strategies declare, each shown for the strategies
+    that read it, from ``first_order`` on."""
+    strategies = strategy_classes()
+    fields: list[FieldSpec] = []
+    for strategy in strategies:
+        model = strategy.extra_settings
+        if model is None:
+            continue
+        for name, field_info in model.model_fields.items():
+            readers = [s.name for s in strategies if s.reads(name)]
+            fields.append(setting_field(name, field_info, first_order + len(fields), readers))
+    return fields
 
 
 def memory_fields() -> tuple[FieldSpec, ...]:
-    """The memory fields of every version-2 Chat Memory node, in canvas order (the summarizer
-    model field among them), built from the registered strategies."""
+    """The memory fields of every version-2 Chat Memory node, in canvas order: MemoryConfig's
+    settings in declaration order, the strategies' own settings after
+    :data:`STRATEGY_SETTINGS_AFTER`, and the summarizer model after the summary placement."""
     fields: list[FieldSpec] = []
-    for name, schema, description, advanced in _MEMORY_FIELD_TEXTS:
-        order = len(fields) + 1
-        hints: dict[str, Any] = {"advanced": advanced}
-        if name == "compaction_strategy":
-            names = strategy_names()
-            schema = {**schema, "enum": names}
-            hints["extra_ui"] = {"options": {n: strategy_class(n).label for n in names}}
-        elif name in _SHOWN_BY_FIELD:
-            hints["show_if"] = _SHOWN_BY_FIELD[name]
-        elif name not in _ALWAYS_SHOWN:
-            hints["show_if"] = {"compactionStrategy": shown_for(name)}
-        fields.append(_memory_field(name, schema, description, order, **hints))
+    for name, field_info in MemoryConfig.model_fields.items():
+        fields.append(setting_field(name, field_info, len(fields) + 1))
+        if name == STRATEGY_SETTINGS_AFTER:
+            fields.extend(strategy_setting_fields(len(fields) + 1))
         if name == "summary_placement":
-            fields.append(summarizer_model_field(order + 1))
+            fields.append(summarizer_model_field(len(fields) + 1))
     return tuple(fields)
 
 
@@ -309,7 +253,8 @@ MAX_MESSAGES_V1 = FieldSpec(
 )
 
 
-#: Where connection fields start in canvas order: after the memory fields.
+#: Where connection fields start in canvas order: after the memory fields (later when
+#: strategies' own settings make those more).
 CONNECTION_ORDER = 20
 
 
@@ -340,6 +285,8 @@ def connection_field(declared: ConnectionField, order: int) -> FieldSpec:
     )
 
 
-def connection_fields(node: StoreNode) -> tuple[FieldSpec, ...]:
-    """The connection fields of a store's node, in canvas order after the memory fields."""
-    return tuple(connection_field(f, CONNECTION_ORDER + i) for i, f in enumerate(node.fields))
+def connection_fields(node: StoreNode, start: int = CONNECTION_ORDER) -> tuple[FieldSpec, ...]:
+    """The connection fields of a store's node, in canvas order from ``start`` (after the
+    memory fields)."""
+    start = max(start, CONNECTION_ORDER)
+    return tuple(connection_field(f, start + i) for i, f in enumerate(node.fields))

@@ -15,9 +15,11 @@ from ..strategies import strategy_class
 from .definitions import MEMORY, NodeDefinition, is_expression, store_node
 from .fields import MAX_MESSAGES_V1, memory_fields
 
-MEMORY_FIELD_NAMES = frozenset(f.name for f in memory_fields()) - {"summarizerModel"}
-#: Fields MemoryConfig validates (the v1 message count included), not the generic field check.
-_CONFIG_FIELD_NAMES = MEMORY_FIELD_NAMES | {MAX_MESSAGES_V1.name}
+
+def memory_field_names() -> frozenset[str]:
+    """The node fields MemoryConfig validates: its settings and those the registered
+    strategies declare (so computed when asked: a strategy plugin may load later)."""
+    return frozenset(f.name for f in memory_fields()) - {"summarizerModel"}
 
 
 @dataclass(frozen=True)
@@ -61,13 +63,16 @@ def memory_settings(
     Raises :class:`ConfigurationError` naming the field by its canvas label and the value."""
     if definition.kind != MEMORY:
         raise ConfigurationError(f"{definition.type} is not a Chat Memory node")
-    values = definition.check_parameters(parameters, skip=_CONFIG_FIELD_NAMES)
+    memory_names = memory_field_names()
+    # MemoryConfig checks these (the v1 message count included), not the generic field check
+    config_names = memory_names | {MAX_MESSAGES_V1.name}
+    values = definition.check_parameters(parameters, skip=config_names)
     literal = {k: v for k, v in values.items() if not is_expression(v)}
     if definition.version == 1:
         config = _config_v1(literal)
     else:
         config = MemoryConfig.from_mapping(
-            {k: v for k, v in literal.items() if k in MEMORY_FIELD_NAMES}
+            {k: v for k, v in literal.items() if _passed(definition, k, values, memory_names)}
         )
     model = summarizer_model or literal.get("summarizerModel")
     strategy = strategy_class(config.compaction_strategy)
@@ -77,9 +82,7 @@ def memory_settings(
             "sub-node to the summarizerModel slot or fill in the Summarizer model field"
         )
     connection_names = (
-        {f.name for f in definition.fields}
-        - _CONFIG_FIELD_NAMES
-        - {"conversationId", "summarizerModel"}
+        {f.name for f in definition.fields} - config_names - {"conversationId", "summarizerModel"}
     )
     conversation_id = values.get("conversationId")
     return MemoryNodeSettings(
@@ -89,6 +92,21 @@ def memory_settings(
         model,
         {k: v for k, v in values.items() if k in connection_names},
     )
+
+
+def _passed(
+    definition: NodeDefinition, name: str, values: Mapping[str, Any], memory_names: frozenset[str]
+) -> bool:
+    """Whether a node field's value goes to MemoryConfig: every MemoryConfig setting (one the
+    strategy ignores is warned about there), a strategy's own setting only while the canvas
+    shows it (so that another strategy's defaults do not ride along)."""
+    if name in _CONFIG_ALIASES:
+        return True
+    spec = definition.field(name)
+    return spec is not None and name in memory_names and spec.is_shown(values)
+
+
+_CONFIG_ALIASES = frozenset(f.alias or n for n, f in MemoryConfig.model_fields.items())
 
 
 def _config_v1(values: Mapping[str, Any]) -> MemoryConfig:

@@ -22,6 +22,7 @@ class AutoCompact(Strategy):
 
     name = "auto_compact"
     label = "Auto-compact (near the context window)"
+    order = 60
     settings = ("context_window_tokens", "compact_at_ratio", "summary_placement")
     summarizes = True
 

@@ -1,5 +1,7 @@
-"""What every strategy shares: where a window may be cut, the shape of a cut, and the
-registry strategies join by subclassing :class:`Strategy` with a ``name``.
+"""What every strategy shares: where a window may be cut, the shape of a cut, the
+:class:`Strategy` class (a subclass with a ``name`` joins the registry,
+:mod:`chat_memory.strategies.registry`) and :class:`StrategySettings`, the settings a
+strategy adds to :class:`~chat_memory.MemoryConfig`.
 
 Strategies are pure: a window in, a cut (or nothing) out. They know no storage."""
 
@@ -12,8 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
-from ..errors import ConfigurationError
 from ..events import Event, EventType, Window, turn_starts
+from ..settings_model import SettingsModel
+from .registry import _REGISTRY as _REGISTRY  # importable from here as before (tests unregister)
+from .registry import register, strategy_class
 
 if TYPE_CHECKING:  # config validates strategy names against this registry, so no runtime import
     from ..config import MemoryConfig
@@ -167,15 +171,24 @@ def keep_min_turns(active: Sequence[Event], required: int, within: int) -> int:
     return before[-1] if before else target
 
 
-_REGISTRY: dict[str, type[Strategy]] = {}
+class StrategySettings(SettingsModel):
+    """The settings a strategy adds to :class:`~chat_memory.MemoryConfig`, each described once
+    by its pydantic ``Field``: ``title`` (the label), ``description`` (the help text),
+    ``gt``/``ge``/``lt``/``le`` (bounds, checked with a message naming the label and the value)
+    and ``json_schema_extra=ui(...)`` (canvas hints). Every field needs a default.
+
+    ``MemoryConfig`` accepts them (snake_case or camelCase) when its ``compaction_strategy`` is
+    the strategy declaring them, and holds them like its own settings (``config.keep_turns``);
+    the canvas shows them for the strategies that read them."""
 
 
 class Strategy(ABC):
     """A compaction strategy: decides whether a window is over its limit and where to cut.
 
     A subclass that sets ``name`` registers itself: ``MemoryConfig(compaction_strategy=name)``
-    selects it, and the Chat Memory nodes offer it (``label``) and show the config fields it
-    lists in ``settings``. Nothing else in chat-memory needs to know about it.
+    selects it, and the Chat Memory nodes offer it (``label``, listed by ``order``) and show
+    the config fields it lists in ``settings`` and those it declares in ``extra_settings``.
+    Nothing else in chat-memory needs to know about it.
 
     Rules every strategy follows by making its cut with :func:`choose_cut`:
 
@@ -198,25 +211,32 @@ class Strategy(ABC):
     name: ClassVar[str]
     #: How the canvas lists it.
     label: ClassVar[str]
-    #: The :class:`~chat_memory.MemoryConfig` fields this strategy reads (the canvas shows
-    #: exactly these for it).
+    #: The :class:`~chat_memory.MemoryConfig` settings this strategy reads beside those it
+    #: declares (the canvas shows exactly these and its own for it).
     settings: ClassVar[tuple[str, ...]] = ()
     #: Whether a cut also needs a summary written by a summarizer model.
     summarizes: ClassVar[bool] = False
     #: Whether it ever archives (so the archive cap matters).
     compacts: ClassVar[bool] = True
+    #: Settings it adds to :class:`~chat_memory.MemoryConfig` (a :class:`StrategySettings`
+    #: subclass), read as ``self.config.<name>``; the canvas shows them for this strategy only.
+    extra_settings: ClassVar[type[StrategySettings] | None] = None
+    #: Where the canvas and the error messages list it: lower first (the built-ins are 10,
+    #: 20…60); ties keep the order of registration.
+    order: ClassVar[int] = 100
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
-        name = cls.__dict__.get("name")
-        if name is None:
-            return
-        existing = _REGISTRY.get(name)
-        if existing is not None and existing.__qualname__ != cls.__qualname__:
-            raise ConfigurationError(
-                f"compaction strategy name {name!r} is taken by {existing.__module__}.{existing.__qualname__}"
-            )
-        _REGISTRY[name] = cls
+        if "name" in cls.__dict__:
+            register(cls)
+
+    @classmethod
+    def reads(cls, setting: str) -> bool:
+        """Whether this strategy reads a config setting: it lists it in ``settings`` or
+        declares it in ``extra_settings``."""
+        return setting in cls.settings or (
+            cls.extra_settings is not None and setting in cls.extra_settings.model_fields
+        )
 
     def __init__(self, config: MemoryConfig) -> None:
         self.config = config
@@ -245,20 +265,6 @@ class Strategy(ABC):
         point), whatever the limit says; None when only the newest turn is there."""
         starts = turn_starts(window.active)
         return choose_cut(window.active, starts[-1]) if len(starts) > 1 else None
-
-
-def strategy_names() -> list[str]:
-    """The registered strategy names, in registration order (built-ins first)."""
-    return list(_REGISTRY)
-
-
-def strategy_class(name: str) -> type[Strategy]:
-    """The strategy registered as ``name``; an unknown name is a :class:`ConfigurationError`."""
-    try:
-        return _REGISTRY[name]
-    except (KeyError, TypeError):
-        known = ", ".join(repr(n) for n in _REGISTRY)
-        raise ConfigurationError(f"Compaction strategy ({name!r}) must be one of {known}") from None
 
 
 def strategy_for(config: MemoryConfig) -> Strategy:

@@ -11,6 +11,7 @@ class NoCompaction(Strategy):
 
     name = "none"
     label = "None (keep everything in view)"
+    order = 10
     compacts = False
 
     def plan(self, window: Window) -> Cut | None:

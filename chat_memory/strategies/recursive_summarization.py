@@ -21,6 +21,7 @@ class RecursiveSummarization(Strategy):
 
     name = "recursive_summarization"
     label = "Recursive summarization"
+    order = 50
     settings = (
         "max_events",
         "max_events_to_keep",

@@ -13,6 +13,7 @@ class SlidingWindow(Strategy):
 
     name = "sliding_window"
     label = "Sliding window (by events)"
+    order = 20
     settings = ("max_events", "compact_to_ratio")
 
     def plan(self, window: Window) -> Cut | None:

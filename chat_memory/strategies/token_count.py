@@ -14,6 +14,7 @@ class TokenCount(Strategy):
 
     name = "token_count"
     label = "Token count"
+    order = 40
     settings = ("max_tokens", "compact_to_ratio")
 
     def plan(self, window: Window) -> Cut | None:

@@ -13,6 +13,7 @@ class TurnWindow(Strategy):
 
     name = "turn_window"
     label = "Turn window (by turns)"
+    order = 30
     settings = ("max_turns", "compact_to_ratio")
 
     def plan(self, window: Window) -> Cut | None:
