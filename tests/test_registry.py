@@ -3,15 +3,24 @@ becomes usable (open_store, MemoryConfig, the canvas nodes) without an edit insi
 
 from __future__ import annotations
 
+import ast
 import logging
 import sys
 import textwrap
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
 
-from chat_memory import ChatMemory, ConfigurationError, Event, MemoryConfig, open_store
+from chat_memory import (
+    ChatMemory,
+    ConfigurationError,
+    Event,
+    MemoryConfig,
+    open_async_store,
+    open_store,
+)
 from chat_memory.backends import (
     ConnectionField,
     StoreNode,
@@ -27,19 +36,19 @@ from chat_memory.strategies import Cut, Strategy, choose_cut, strategy_names
 from chat_memory.strategies import base as strategy_base
 
 
-class ToyStore(InMemoryStore):
+class ShelfStore(InMemoryStore):
     """What a third-party store declares: schemes, options, its canvas node."""
 
-    schemes = ("toy",)
+    schemes = ("shelf",)
     url_options = (
         StoreOption("shelf"),
         StoreOption("max_archived_events", int, minimum=0, nullable=True),
     )
     node = StoreNode(
-        "toyChatMemory",
-        "Toy Chat Memory",
-        "Chat memory on a toy shelf.",
-        "toy",
+        "shelfChatMemory",
+        "Shelf Chat Memory",
+        "Chat memory on a shelf.",
+        "shelf",
         fields=(ConnectionField("shelf", "Shelf", "Which shelf.", required=True),),
         order=50,
     )
@@ -49,52 +58,54 @@ class ToyStore(InMemoryStore):
         self.shelf = shelf
 
     @classmethod
-    def from_url(cls, url: str, **options: Any) -> ToyStore:
+    def from_url(cls, url: str, **options: Any) -> ShelfStore:
         settings, _ = cls.url_settings(urlsplit(url).query, options)
         return cls(**settings)
 
     @classmethod
     def node_target(cls, connection: Any) -> tuple[str, dict[str, Any]]:
-        return f"toy://?shelf={connection['shelf']}", {}
+        return f"shelf://?shelf={connection['shelf']}", {}
 
 
 @pytest.fixture
-def toy_store_registered():
-    registry.register(ToyStore)  # a module reload would do the same; registering twice is harmless
-    yield ToyStore
-    registry.unregister(ToyStore)
+def shelf_store_registered():
+    registry.register(
+        ShelfStore
+    )  # a module reload would do the same; registering twice is harmless
+    yield ShelfStore
+    registry.unregister(ShelfStore)
 
 
-def test_a_store_outside_the_package_opens_by_its_scheme(toy_store_registered):
-    store = open_store("toy://?shelf=left&max_archived_events=none")
+def test_a_store_outside_the_package_opens_by_its_scheme(shelf_store_registered):
+    store = open_store("shelf://?shelf=left&max_archived_events=none")
     assert (
-        isinstance(store, ToyStore)
+        isinstance(store, ShelfStore)
         and store.shelf == "left"
         and store.default_max_archived_events is None
     )
-    assert "toy" in schemes()
+    assert "shelf" in schemes()
     memory = ChatMemory(store)
     memory.add("c", Event.user("hello"))
     assert [e.content for e in memory.window("c")] == ["hello"]
 
 
-def test_a_store_outside_the_package_gets_its_canvas_node(toy_store_registered):
+def test_a_store_outside_the_package_gets_its_canvas_node(shelf_store_registered):
     definitions = {d.type: d for d in memory_definitions()}
-    node = definitions["toyChatMemory/v2"]
+    node = definitions["shelfChatMemory/v2"]
     assert node.field("shelf").required and node.field("compactionStrategy") is not None
-    assert "toyChatMemory/v1" in definitions
+    assert "shelfChatMemory/v1" in definitions
     settings = memory_settings(node, {"conversationId": "c", "shelf": "bottom"})
-    assert settings.store_target() == ("toy://?shelf=bottom", {})
+    assert settings.store_target() == ("shelf://?shelf=bottom", {})
     assert settings.open_store().shelf == "bottom"
 
 
-def test_unregistered_store_is_gone(toy_store_registered):
-    registry.unregister(ToyStore)
+def test_unregistered_store_is_gone(shelf_store_registered):
+    registry.unregister(ShelfStore)
     with pytest.raises(
-        ConfigurationError, match=r"scheme \('toy'\) is not supported; known schemes: .*memory"
+        ConfigurationError, match=r"scheme \('shelf'\) is not supported; known schemes: .*memory"
     ):
-        open_store("toy://")
-    registry.register(ToyStore)
+        open_store("shelf://")
+    registry.register(ShelfStore)
 
 
 def test_a_scheme_cannot_be_taken_twice():
@@ -141,6 +152,73 @@ def test_installed_plugins_register_through_the_entry_point_group(tmp_path, monk
     finally:
         registry.unregister(type(store))
         sys.modules.pop("toy_plugin", None)
+
+
+def test_an_installed_async_store_is_found_without_importing_it_first(
+    tmp_path, monkeypatch, caplog
+):
+    (tmp_path / "async_plugin.py").write_text(
+        textwrap.dedent(
+            """
+            from chat_memory.backends.aio import ThreadedStore
+            from chat_memory.backends.in_memory import InMemoryStore
+
+            class PluginAsyncStore(ThreadedStore):
+                schemes = ("asyncplugin",)
+                native = True
+
+                @classmethod
+                def from_url(cls, url, **options):
+                    return cls(InMemoryStore(), max_workers=1)
+
+            NOT_A_STORE = object
+            """
+        )
+    )
+    dist = tmp_path / "async_plugin-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: async-plugin\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text(
+        "[chat_memory.stores]\n"
+        "asyncplugin = async_plugin:PluginAsyncStore\n"
+        "junk = async_plugin:NOT_A_STORE\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(registry, "_loaded", False)
+    assert "async_plugin" not in sys.modules
+    with caplog.at_level(logging.WARNING, logger="chat_memory.backends.registry"):
+        store = open_async_store("asyncplugin://")
+    plugin = sys.modules.pop("async_plugin")
+    try:
+        assert type(store) is plugin.PluginAsyncStore and store.native
+        assert plugin.PluginAsyncStore in registry.async_store_classes()
+        assert any(
+            "async_plugin:NOT_A_STORE" in r.getMessage()
+            and "not a Store or AsyncStore" in r.getMessage()
+            for r in caplog.records
+        )
+    finally:
+        registry.unregister(plugin.PluginAsyncStore)
+
+
+def test_the_registry_imports_no_store_module():
+    """Stores import the registry (their base classes register them); the registry imports
+    none of them, not even inside a function, so there is no cycle to break lazily."""
+    found: list[str] = []
+
+    def visit(nodes: list[ast.stmt]) -> None:
+        for node in nodes:
+            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+                continue  # annotations only, never run
+            if isinstance(node, ast.ImportFrom):
+                found.append("." * node.level + (node.module or ""))
+            elif isinstance(node, ast.Import):
+                found.extend(alias.name for alias in node.names)
+            visit([child for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt)])
+
+    visit(ast.parse(Path(registry.__file__).read_text(encoding="utf-8")).body)
+    ours = [name for name in found if name.startswith(".") or name.startswith("chat_memory")]
+    assert ours == ["..errors"], ours
 
 
 @pytest.mark.parametrize("store_class", store_classes(), ids=lambda c: c.__name__)

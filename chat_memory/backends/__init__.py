@@ -1,7 +1,9 @@
 """Storage backends and :func:`open_store`, which picks one by URL scheme.
 
 Every store is a :class:`Store` subclass in its own module that declares its schemes, the
-pip extra of its driver, its URL options and its canvas node; :mod:`.registry` finds them.
+pip extra of its driver, its URL options, its canvas node, its native async twin and its
+long-term memory (the last two as lazy ``"module:Class"`` strings); :mod:`.registry` finds
+them, here and in installed packages (the ``chat_memory.stores`` entry-point group).
 """
 
 from __future__ import annotations

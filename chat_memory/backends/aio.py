@@ -2,8 +2,11 @@
 :class:`~chat_memory.backends.base.Store` methods as coroutines), :class:`ThreadedStore`
 (any sync store in a bounded thread pool) and :func:`open_async_store`.
 
-Native async stores (Redis over ``redis.asyncio``) subclass :class:`AsyncStore` and declare
-``schemes``; every other URL gets its sync store in a :class:`ThreadedStore` — documented in
+Native async stores (Redis over ``redis.asyncio``, SQL over SQLAlchemy's asyncio extension)
+subclass :class:`AsyncStore`; :func:`open_async_store` finds one through the sync store the
+registry has for the URL's scheme (its ``async_twin``), or by the async store's own ``schemes``
+(registered like a sync store's, from this package or the ``chat_memory.stores`` entry-point
+group). Every other URL gets its sync store in a :class:`ThreadedStore` — documented in
 docs/async.md, never hidden: ``open_async_store(url).native`` says which it is.
 """
 
@@ -11,12 +14,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import importlib
 import importlib.util
+import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, ClassVar
+from typing import Any, ClassVar, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
 from ..errors import ConfigurationError
@@ -30,19 +33,18 @@ from .base import (
     Snapshot,
     Store,
 )
-from .failures import wrap_driver_errors
+from .declarations import declared_class
+from .failures import DriverErrors, wrap_driver_errors
+from .registry import async_store_class_for, register_async, store_class_for
 
 #: Worker threads of a :class:`ThreadedStore` unless told otherwise: enough to keep a
 #: connection pool busy, few enough that 1,000 waiting conversations queue instead of
 #: starting 1,000 threads.
 DEFAULT_MAX_WORKERS = 16
 
-_native: dict[str, type[AsyncStore]] = {}
-#: Modules holding native async stores, imported only by :func:`open_async_store`.
-_NATIVE_MODULES: tuple[str, ...] = (
-    "chat_memory.backends.redis_async",
-    "chat_memory.backends.sql.async_store",
-)
+log = logging.getLogger(__name__)
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 class AsyncStore(ABC):
@@ -50,7 +52,9 @@ class AsyncStore(ABC):
     :class:`~chat_memory.backends.base.Store`). ``compacts_while_appending`` says whether
     :meth:`append_compacting` may be used (one write per turn for non-summarising strategies)."""
 
-    #: URL schemes :func:`open_async_store` serves with this class (natively async).
+    #: URL schemes :func:`open_async_store` serves with this class (natively async). A class
+    #: that sets it registers itself, as a sync store does; a twin named by its sync store's
+    #: ``async_twin`` need not (it then serves every scheme of that store).
     schemes: ClassVar[tuple[str, ...]] = ()
     #: True for a natively async store, False for a sync one in threads.
     native: ClassVar[bool] = True
@@ -59,6 +63,9 @@ class AsyncStore(ABC):
     driver_modules: ClassVar[tuple[str, ...]] = ()
     #: The ``chat-memory[extra]`` that installs ``driver_modules``.
     extra: ClassVar[str | None] = None
+    #: The driver's exceptions that become :class:`~chat_memory.errors.StorageError` (as
+    #: :attr:`Store.driver_errors <chat_memory.backends.base.Store.driver_errors>`).
+    driver_errors: ClassVar[DriverErrors] = ()
     compacts_while_appending: bool = False
 
     _WRAPPED: ClassVar[tuple[str, ...]] = Store._WRAPPED
@@ -70,8 +77,14 @@ class AsyncStore(ABC):
             method = cls.__dict__.get(name)
             if callable(method) and not getattr(method, "_wraps_driver_errors", False):
                 setattr(cls, name, wrap_driver_errors(method))
-        for scheme in cls.__dict__.get("schemes", ()):
-            _native[scheme.lower()] = cls
+        if cls.__dict__.get("schemes"):
+            register_async(cls)
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> AsyncStore:
+        """Build the store from a URL with one of the schemes it serves (a native store
+        overrides this; :class:`ThreadedStore` wraps a store that is already open)."""
+        raise ConfigurationError(f"{cls.__name__} cannot be opened from a URL")
 
     @classmethod
     def driver_modules_for(cls, scheme: str) -> tuple[str, ...]:
@@ -173,27 +186,36 @@ class ThreadedStore(AsyncStore):
         self.compacts_while_appending = isinstance(store, CompactsWhileAppending)
         if isinstance(store, AppendsWithoutWindow):
             # only then: the engine takes the lean path when it finds these methods
-            self.append_without_window = functools.partial(self._run, "append_without_window")
-            self.find_events = functools.partial(self._run, "find_events")
+            self.append_without_window = self._threaded(store.append_without_window)
+            self.find_events = self._threaded(store.find_events)
         if isinstance(store, Retracts):
-            self.retract = functools.partial(self._run, "retract")
-            self.retracted = functools.partial(self._run, "retracted")
+            self.retract = self._threaded(store.retract)
+            self.retracted = self._threaded(store.retracted)
         self._executor = ThreadPoolExecutor(
             max_workers=max_workers, thread_name_prefix="chat-memory"
         )
         self._closed = False
 
-    async def _run(self, method: str, *args: Any) -> Any:
+    async def _run(self, call: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """``call(*args)`` in a worker thread of this store's pool."""
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(
-            self._executor, functools.partial(getattr(self.store, method), *args)
-        )
+        return await loop.run_in_executor(self._executor, functools.partial(call, *args, **kwargs))
 
+    def _threaded(self, method: Callable[P, T]) -> Callable[P, Awaitable[T]]:
+        """``method`` as a coroutine function that runs it in a worker thread."""
+
+        async def call(*args: P.args, **kwargs: P.kwargs) -> T:
+            return await self._run(method, *args, **kwargs)
+
+        return call
+
+    # the protocol's methods look the store's method up at each call (a store patched after it
+    # was wrapped is still used); the optional abilities above are bound once, in __init__
     async def load(self, conversation_id: str) -> Snapshot:
-        return await self._run("load", conversation_id)  # type: ignore[no-any-return]
+        return await self._run(self.store.load, conversation_id)
 
     async def append(self, conversation_id: str, events: Sequence[Event]) -> Snapshot:
-        return await self._run("append", conversation_id, events)  # type: ignore[no-any-return]
+        return await self._run(self.store.append, conversation_id, events)
 
     async def append_compacting(
         self,
@@ -201,35 +223,36 @@ class ThreadedStore(AsyncStore):
         events: Sequence[Event],
         planner: Callable[[Snapshot], CompactionPlan | None],
     ) -> tuple[Snapshot, bool]:
-        if not self.compacts_while_appending:
+        store = self.store
+        if not (self.compacts_while_appending and isinstance(store, CompactsWhileAppending)):
             return await super().append_compacting(conversation_id, events, planner)
-        return await self._run("append_compacting", conversation_id, events, planner)  # type: ignore[no-any-return]
+        return await self._run(store.append_compacting, conversation_id, events, planner)
 
     async def apply(self, conversation_id: str, plan: CompactionPlan) -> bool:
-        return await self._run("apply", conversation_id, plan)  # type: ignore[no-any-return]
+        return await self._run(self.store.apply, conversation_id, plan)
 
     async def history(self, conversation_id: str) -> list[Event]:
-        return await self._run("history", conversation_id)  # type: ignore[no-any-return]
+        return await self._run(self.store.history, conversation_id)
 
     async def find_tool_events(
         self, conversation_id: str, tool_call_ids: Collection[str]
     ) -> list[Event]:
-        return await self._run("find_tool_events", conversation_id, tool_call_ids)  # type: ignore[no-any-return]
+        return await self._run(self.store.find_tool_events, conversation_id, tool_call_ids)
 
     async def search(self, conversation_id: str, query: SearchQuery) -> SearchResult:
-        return await self._run("search", conversation_id, query)  # type: ignore[no-any-return]
+        return await self._run(self.store.search, conversation_id, query)
 
     async def record_compaction_error(self, conversation_id: str, message: str | None) -> None:
-        await self._run("record_compaction_error", conversation_id, message)
+        await self._run(self.store.record_compaction_error, conversation_id, message)
 
     async def compactions(self, conversation_id: str) -> list[dict[str, Any]]:
-        return await self._run("compactions", conversation_id)  # type: ignore[no-any-return]
+        return await self._run(self.store.compactions, conversation_id)
 
     async def clear(self, conversation_id: str) -> None:
-        await self._run("clear", conversation_id)
+        await self._run(self.store.clear, conversation_id)
 
     async def conversations(self) -> list[str]:
-        return await self._run("conversations")  # type: ignore[no-any-return]
+        return await self._run(self.store.conversations)
 
     async def aclose(self) -> None:
         """Close the sync store (in a worker) and stop the pool; a second call does nothing."""
@@ -266,12 +289,27 @@ def open_async_store(
     if threads is not True and (url is None or isinstance(url, str)):
         target = url or default_url()
         scheme = urlsplit(target).scheme.lower()
-        native = native_store_class(scheme)
-        chosen = native is not None and (threads is False or native.preferred_for(scheme))
-        if chosen and native.driver_available(scheme):  # type: ignore[union-attr]
+        try:
+            native = native_store_class(scheme)
+        except ModuleNotFoundError as exc:  # the twin's module imports a driver that is missing
+            if threads is False:
+                extra = store_class_for(scheme).extra_for(scheme)
+                hint = f"pip install 'chat-memory[{extra}]'" if extra else f"install {exc.name}"
+                raise ConfigurationError(
+                    f"threads (False): the async driver for {scheme}:// is missing "
+                    f"({exc.name}); {hint}"
+                ) from exc
+            log.warning("chat-memory: %s:// runs in threads: %s", scheme, exc)
+            native = None
+        if (
+            native is not None
+            and (threads is False or native.preferred_for(scheme))
+            and native.driver_available(scheme)
+        ):
+            chosen = native
             return opening(
-                scheme, native.extra_for(scheme), lambda: native.from_url(target, **options), target
-            )  # type: ignore[attr-defined]
+                scheme, chosen.extra_for(scheme), lambda: chosen.from_url(target, **options), target
+            )
         if threads is False:
             if native is None:
                 raise ConfigurationError(
@@ -295,10 +333,30 @@ def _installed(module: str) -> bool:
 
 def native_store_class(scheme: str) -> type[AsyncStore] | None:
     """The native async store class serving a URL scheme (``sqlite+pysqlite`` falls back to
-    ``sqlite``), or None."""
-    for module in _NATIVE_MODULES:
-        importlib.import_module(module)
-    return _native.get(scheme) or _native.get(scheme.split("+", 1)[0])
+    ``sqlite``), or None: the one registered by its own ``schemes`` (built-in, or installed
+    through the ``chat_memory.stores`` entry-point group), else the ``async_twin`` of the sync
+    store registered for the scheme, when the twin serves it. Imports the twin's module (not
+    its driver); a module that cannot be imported raises its ``ModuleNotFoundError``."""
+    registered = async_store_class_for(scheme)
+    if registered is not None:
+        return registered
+    try:
+        sync_class = store_class_for(scheme)
+    except ConfigurationError:  # an unknown scheme: open_store says so, listing the known ones
+        return None
+    twin = declared_class(sync_class, "async_twin")
+    if twin is None:
+        return None
+    if not issubclass(twin, AsyncStore):
+        raise ConfigurationError(
+            f"{sync_class.__name__}.async_twin ({twin.__module__}:{twin.__qualname__}) "
+            "must be an AsyncStore subclass"
+        )
+    served = {s.lower() for s in twin.schemes}
+    scheme = scheme.lower()
+    if served and scheme not in served and scheme.split("+", 1)[0] not in served:
+        return None
+    return twin
 
 
 __all__ = [

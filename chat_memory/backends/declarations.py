@@ -1,16 +1,20 @@
 """What a store declares on its class for the registry and the canvas: the options it reads
-from its URL (:class:`StoreOption`, parsed alike for every store by :func:`settings_from_url`)
-and its Chat Memory node (:class:`StoreNode` with its :class:`ConnectionField` s).
+from its URL (:class:`StoreOption`, parsed alike for every store by :func:`settings_from_url`),
+its Chat Memory node (:class:`StoreNode` with its :class:`ConnectionField` s), and the classes
+that go with it, named by lazy ``"module:Class"`` strings (:func:`declared_class`: its native
+async twin, its long-term memory) so that naming them imports no driver.
 
 Plain data: :mod:`chat_memory.backends.registry` and :mod:`chat_memory.components` read it;
-:class:`~chat_memory.backends.base.Store` carries it as ``url_options`` and ``node``.
+:class:`~chat_memory.backends.base.Store` carries it as ``url_options``, ``node``,
+``async_twin`` and ``long_term``.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import parse_qsl
 
 from ..errors import ConfigurationError
@@ -96,11 +100,22 @@ class StoreNode:
     order: int = 100
 
 
+class DeclaresOptions(Protocol):
+    """A store class (sync or async) as :func:`settings_from_url` reads it."""
+
+    @property
+    def url_options(self) -> tuple[StoreOption, ...]: ...
+
+    @property
+    def passes_query_to_driver(self) -> bool: ...
+
+
 def settings_from_url(
-    store: type, query: str, keywords: Mapping[str, Any] | None = None
+    store: DeclaresOptions, query: str, keywords: Mapping[str, Any] | None = None
 ) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """:meth:`Store.url_settings` for any class declaring ``url_options`` and
     ``passes_query_to_driver`` (an async store too); messages name the class."""
+    name_of_store = str(getattr(store, "__name__", store))
     declared = {option.name: option for option in store.url_options}
     settings: dict[str, Any] = {}
     rest: list[tuple[str, str]] = []
@@ -109,17 +124,36 @@ def settings_from_url(
         if option is not None:
             if name in settings:
                 raise ConfigurationError(
-                    f"{store.__name__} URL option {name} is given more than once"
+                    f"{name_of_store} URL option {name} is given more than once"
                 )
-            settings[name] = option.parse(value, store.__name__)
+            settings[name] = option.parse(value, name_of_store)
         elif store.passes_query_to_driver:
             rest.append((name, value))
         else:
             known = ", ".join(sorted(declared)) or "none"
             raise ConfigurationError(
-                f"{store.__name__} URL option ({name!r}) is not supported; known options: {known}"
+                f"{name_of_store} URL option ({name!r}) is not supported; known options: {known}"
             )
     for name, value in (keywords or {}).items():
         if name in declared:
-            settings[name] = declared[name].parse(value, store.__name__)
+            settings[name] = declared[name].parse(value, name_of_store)
     return settings, rest
+
+
+def declared_class(owner: type, attribute: str) -> type | None:
+    """The class ``owner.attribute`` names as ``"package.module:Class"`` (looked up along the
+    MRO, so a subclass inherits its base's), imported now; None when it names none. A
+    malformed value or a missing class is a :class:`ConfigurationError` naming the declaration
+    and the value; a module that cannot be imported raises what its import raised
+    (``ModuleNotFoundError`` for a missing driver)."""
+    value = getattr(owner, attribute, None)
+    if value is None:
+        return None
+    where = f"{owner.__name__}.{attribute}"
+    module_name, _, class_name = value.partition(":") if isinstance(value, str) else ("", "", "")
+    if not module_name or not class_name.isidentifier():
+        raise ConfigurationError(f"{where} ({value!r}) must look like 'package.module:Class'")
+    found = getattr(importlib.import_module(module_name), class_name, None)
+    if not isinstance(found, type):
+        raise ConfigurationError(f"{where} ({value!r}): {module_name} has no class {class_name}")
+    return found

@@ -13,9 +13,12 @@ set to the session)."""
 
 from __future__ import annotations
 
+import functools
+import importlib
 from pathlib import Path
 from typing import Any
 
+from lfx.custom.custom_component.component import Component
 from lfx.custom.utils import create_component_template
 from lfx.graph.flow_builder import (
     add_component,
@@ -34,23 +37,48 @@ from .fields import shown
 from .memory_tool import NAMESPACE, OWNER, SESSION_ID, USER_ID
 
 BUNDLE = Path(__file__).parent / "bundle"
-#: The bundle file of each of our components, by Langflow component name.
-COMPONENT_FILES = {
-    "chatMemory": "builtin.py",
-    "jdbcChatMemory": "jdbc.py",
-    "redisChatMemory": "redis_memory.py",
-    "awsS3ChatMemory": "s3.py",
-    "inMemoryChatMemory": "in_memory.py",
-    "ChatMemoryAgent": "agent.py",
-    "ChatMemoryScriptedModel": "scripted_model.py",
-    "autoMemoryTool": "memory_tool.py",
-}
+
+
+@functools.cache
+def component_files() -> dict[str, str]:
+    """The bundle file of each of our components, by Langflow component name: every ``.py``
+    file of ``bundle/`` is imported (as Langflow does when it loads the extension) and each
+    Langflow component class it declares is listed under its ``name``. Nothing lists the
+    files, so a new component (a store's node, say) is one new file in ``bundle/``."""
+    files: dict[str, str] = {}
+    for path in sorted(BUNDLE.glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        module = importlib.import_module(f"{__package__}.bundle.{path.stem}")
+        for value in vars(module).values():
+            if not (
+                isinstance(value, type)
+                and issubclass(value, Component)
+                and value.__module__ == module.__name__  # declared here, not imported
+            ):
+                continue
+            name = getattr(value, "name", None)
+            if not isinstance(name, str) or not name:
+                raise ConfigurationError(f"bundle/{path.name}: {value.__name__} has no name")
+            if name in files:
+                raise ConfigurationError(
+                    f"bundle/{path.name}: component name {name!r} is taken by bundle/{files[name]}"
+                )
+            files[name] = path.name
+    return files
+
+
+def __getattr__(name: str) -> Any:
+    # COMPONENT_FILES, the hand-kept table this module had, is now derived (on first use)
+    if name == "COMPONENT_FILES":
+        return component_files()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def component_templates() -> dict[str, dict[str, Any]]:
     """Our components' frontend nodes (what the sidebar drags onto the canvas), by name."""
     templates = {}
-    for name, file in COMPONENT_FILES.items():
+    for name, file in component_files().items():
         template, _ = create_component_template(
             {"code": (BUNDLE / file).read_text(), "output_types": []}
         )
@@ -150,7 +178,7 @@ def export_langflow(
         raise ConfigurationError(f"template tool node {tool['type']!r} has no Langflow component")
 
     registry = {**load_local_registry(), **component_templates()}
-    flow = empty_flow(template["title"], template["description"])
+    flow: dict[str, Any] = empty_flow(template["title"], template["description"])
     chat_in = add_component(flow, "ChatInput", registry)["id"]
     agent_id = add_component(flow, "ChatMemoryAgent", registry)["id"]
     memory_id = add_component(flow, memory_name, registry)["id"]
