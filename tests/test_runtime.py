@@ -248,6 +248,60 @@ def test_a_summarizing_memory_uses_its_summarizer_sub_node():
     assert "conversation_summary" in agent_request["messages"][0]["content"][0]["text"]
 
 
+def _summarizing_runner(respond, store, **parameters) -> tuple[ChatWorkflow, FakeClaude]:
+    source = copy.deepcopy(template_source("compacting-chat"))
+    source["nodes"][1]["clusterElements"]["memory"]["parameters"] = {
+        "conversationId": "${chat_1.conversationId}",
+        "compactionStrategy": "recursive_summarization",
+        "maxEvents": 4,
+        "maxEventsToKeep": 2,
+        "overlapSize": 0,
+        **parameters,
+    }
+    fake = FakeClaude(respond)
+    return ChatWorkflow(import_workflow(source), client=fake.client(), store=store), fake
+
+
+def summarizer_answers_blank(body, index):
+    """The agent's replies are "Noted."; every summary comes back empty (a SummarizerError)."""
+    if body.get("system") == SUMMARY_SYSTEM_PROMPT:
+        return message([], stop_reason="max_tokens", model=body["model"])
+    return message([text("Noted.")])
+
+
+def test_the_summarizer_failures_of_one_message_count_at_the_next():
+    # each message is two adds (the user's, then the reply), each a compaction trigger once
+    # over the limit: message 3 fails twice, and the third failure in a row falls back at the
+    # first add of message 4 (a count kept per message never got past 2)
+    store = InMemoryStore()
+    runner, fake = _summarizing_runner(
+        summarizer_answers_blank, store, summarizerFailuresBeforeFallback=3
+    )
+    for i in range(3):
+        runner.send("c", f"message {i}")
+    assert store.load("c").archived_count == 0
+    runner.send("c", "message 3")
+    assert store.load("c").archived_count > 0
+    summaries = [r for r in fake.requests if r.get("system") == SUMMARY_SYSTEM_PROMPT]
+    assert len(summaries) == 3
+    [record] = runner.memory("c").compactions("c")
+    assert record.fallback and "no summary text" in (record.reason or "")
+    stats = runner.memory("c").stats("c")
+    assert stats.compaction_failures == 1  # the fallback's own error, recorded after it
+    assert "archived without a new summary" in (stats.last_compaction_error or "")
+
+
+def test_the_runner_keeps_one_memory_per_store_config_and_summarizer():
+    store = InMemoryStore()
+    runner, _ = _summarizing_runner(summarizer_answers_blank, store)
+    first = runner.memory("c")
+    runner.send("c", "hello")
+    runner.send("other", "hello")
+    assert runner.memory("c") is first and runner.memory("other") is first
+    runner.close()
+    assert runner.memory("c") is not first  # a closed runner builds afresh
+
+
 @pytest.mark.parametrize("node", ["jdbcChatMemory/v2", "inMemoryChatMemory/v2", "chatMemory/v2"])
 def test_the_memory_node_names_the_store(node, tmp_path, monkeypatch):
     url = f"sqlite:///{tmp_path / 'chat.db'}"

@@ -337,6 +337,28 @@ def test_an_older_head_is_upgraded_when_read_and_written_back_by_the_next_write(
     )
 
 
+def test_a_head_without_a_compaction_failure_count_counts_from_0(s3_mock_client):
+    store = S3Store(s3_mock_client, "chat-memory-mock", "failure-count")
+    store.append("c", [Event.user("hi", tokens=1)])
+    assert "compaction_failures" not in _stored_head(store, "c")  # 0 is not written
+    store.record_compaction_error("c", "summarizer down")
+    store.record_compaction_error("c", "summarizer down")
+    head = _stored_head(store, "c")
+    assert head["compaction_failures"] == 2 and head["format"] == 1
+    older = {k: v for k, v in head.items() if k != "compaction_failures"}  # before the count
+    store.client.put_object(
+        Bucket=store.bucket, Key=store.layout.head("c"), Body=json.dumps(older).encode()
+    )
+    reader = S3Store(s3_mock_client, "chat-memory-mock", "failure-count")  # nothing cached
+    snapshot = reader.load("c")
+    assert (snapshot.compaction_error, snapshot.compaction_failures) == ("summarizer down", 0)
+    reader.record_compaction_error("c", "summarizer down")
+    assert reader.load("c").compaction_failures == 1
+    assert reader.apply("c", CompactionPlan(reader.load("c").version, archive_through_seq=0))
+    head = _stored_head(reader, "c")
+    assert head["compaction_error"] is None and "compaction_failures" not in head
+
+
 def test_a_segment_in_a_newer_format_is_a_schema_error(s3_mock_client):
     store = S3Store(s3_mock_client, "chat-memory-mock", "newer-segment")
     store.append("c", turn("q0"))

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chat_memory import ChatMemory, Event, MemoryConfig
-from chat_memory.backends import redis_layout
+from chat_memory.backends import redis_io, redis_sansio
 from chat_memory.backends.in_memory import InMemoryStore
 from chat_memory.backends.redis import RedisStore
 from chat_memory.errors import InvalidInputError, SearchError
@@ -297,7 +297,7 @@ def test_sql_schema_3_rewrites_the_search_texts_that_version_2_wrote_with_u_fffd
         assert found == {"\x00": [1, 4], "\ufffd": [2, 4], "a\x00b": [1], "ss\x00\ufffd": [4]}
         with store.engine.connect() as connection:
             recorded = dict(connection.execute(sa.select(meta.c.name, meta.c.value)).all())
-        assert recorded["schema_version"] == "5" and "migrated_to_3" in recorded  # and on to 5
+        assert recorded["schema_version"] == "6" and "migrated_to_3" in recorded  # and on to 6
     finally:
         store.close()
 
@@ -323,19 +323,19 @@ class SearchCalls:
 def search_calls(monkeypatch):
     """Make every search script call stop at its first look at the clock (the smallest slices,
     so resuming is exercised at every event and every 8 KB of a long text)."""
-    monkeypatch.setattr(redis_layout, "SEARCH_CALL_MICROSECONDS", 0)
-    monkeypatch.setattr(redis_layout, "SEARCH_CHECK_BYTES", 1)
+    monkeypatch.setattr(redis_sansio, "SEARCH_CALL_MICROSECONDS", 0)
+    monkeypatch.setattr(redis_sansio, "SEARCH_CHECK_BYTES", 1)
     calls = SearchCalls()
-    original = RedisStore._script
+    original = redis_io.run_script
 
-    def observed(self: RedisStore, script: Any, keys: Any, args: Any) -> Any:
-        if script is redis_layout.lua("search"):
+    def observed(client: Any, script: Any, keys: Any, args: Any) -> Any:
+        if script is redis_sansio.lua("search"):
             calls.count += 1
             if calls.before_each:
                 calls.before_each.pop(0)()
-        return original(self, script, keys, args)
+        return original(client, script, keys, args)
 
-    monkeypatch.setattr(RedisStore, "_script", observed)
+    monkeypatch.setattr(redis_io, "run_script", observed)
     return calls
 
 
@@ -493,7 +493,7 @@ def check_search_never_blocks(
 
     keyword = worst_allowed_keyword()
     assert len(keyword) == MAX_KEYWORD_LENGTH and len(set(keyword.split())) == MAX_TERMS
-    sha = redis_layout.lua("search").sha.encode()
+    sha = redis_sansio.lua("search").sha.encode()
     saved = [client.config_get("slowlog-*") for client in admin_clients]
     for client in admin_clients:
         client.config_set(

@@ -96,7 +96,7 @@ def test_a_version_1_database_gets_the_new_tables_in_place(sql_url):
         assert [e.content for e in store.history("c")] == ["written by 0.1"]
         assert store.compactions("c") == []
         recorded = _meta(store)
-        assert recorded["schema_version"] == SCHEMA_VERSION == "5"
+        assert recorded["schema_version"] == SCHEMA_VERSION == "6"
         assert recorded["migrated_to_2"].endswith(
             " add the compactions and long-term memory tables"
         )
@@ -173,7 +173,8 @@ def test_a_failing_migration_leaves_the_tables_at_their_old_version(sql_url, mon
         "SQL_SCHEMA",
         dataclasses.replace(schema.SQL_SCHEMA, migrations=(step, *schema.SQL_SCHEMA.migrations)),
     )
-    with SQLStore.from_url(sql_url) as store, pytest.raises(StorageError, match="migration bug"):
+    # a bug in a migration propagates as itself (only driver errors become StorageError)
+    with SQLStore.from_url(sql_url) as store, pytest.raises(RuntimeError, match="migration bug"):
         store.load("c")
     with SQLStore.from_url(sql_url) as store:
         assert _meta(store)["schema_version"] == "0"
@@ -183,21 +184,46 @@ def test_a_failing_migration_leaves_the_tables_at_their_old_version(sql_url, mon
         assert "tokens" not in columns  # the ALTER TABLE was rolled back with the rest
 
 
+def test_schema_version_5_is_migrated_in_place_counting_failures_from_0(sql_url):
+    with SQLStore.from_url(sql_url) as old:
+        old.append("c", [Event.user("written by version 5", tokens=4)])
+        old.record_compaction_error("c", "summarizer down")
+        conversations, meta = old.tables.conversations, old.tables.meta
+        with old.engine.begin() as connection:  # the tables as version 5 left them
+            connection.exec_driver_sql(
+                f"ALTER TABLE {conversations.name} DROP COLUMN compaction_failures"
+            )
+            connection.execute(
+                meta.update().where(meta.c.name == "schema_version").values(value="5")
+            )
+    with SQLStore.from_url(sql_url) as store:
+        snapshot = store.load("c")
+        assert (snapshot.compaction_error, snapshot.compaction_failures) == ("summarizer down", 0)
+        store.record_compaction_error("c", "summarizer down")
+        assert store.load("c").compaction_failures == 1
+        assert store.append("other", [Event.user("new", tokens=1)]).compaction_failures == 0
+        recorded = _meta(store)
+        assert recorded["schema_version"] == SCHEMA_VERSION == "6"
+        assert recorded["migrated_to_6"].endswith(
+            " count failed compactions beside the compaction error"
+        )
+
+
 def test_a_newer_schema_names_both_versions(sqlite_url):
     with SQLStore.from_url(sqlite_url) as store:
         store.append("c", [Event.user("hi")])
         meta = store.tables.meta
         with store.engine.begin() as connection:
             connection.execute(
-                meta.update().where(meta.c.name == "schema_version").values(value="6")
+                meta.update().where(meta.c.name == "schema_version").values(value="7")
             )
     with (
         SQLStore.from_url(sqlite_url) as newer,
-        pytest.raises(SchemaError, match=r"version 6, newer than version 5"),
+        pytest.raises(SchemaError, match=r"version 7, newer than version 6"),
     ):
         newer.append("c", [Event.user("would be lost")])
     with SQLStore.from_url(sqlite_url) as store:
-        assert _meta(store)["schema_version"] == "6"
+        assert _meta(store)["schema_version"] == "7"
 
 
 def test_foreign_tables_with_our_names_are_refused(sqlite_url):

@@ -92,6 +92,28 @@ class ForgetsToClearTheError(InMemoryStore):
         return applied
 
 
+class CountsFailuresInTheProcess(InMemoryStore):
+    """Records the error but counts failures nowhere (as the engine once did, per process)."""
+
+    def record_compaction_error(self, conversation_id: str, message: str | None) -> None:
+        super().record_compaction_error(conversation_id, message)
+        conversation = self._conversations.get(conversation_id)
+        if conversation is not None:
+            conversation.compaction_failures = 0
+
+
+class KeepsTheFailureCount(InMemoryStore):
+    """A successful compaction clears the error but leaves the failure count."""
+
+    def apply(self, conversation_id: str, plan: CompactionPlan) -> bool:
+        conversation = self._conversations.get(conversation_id)
+        count = conversation.compaction_failures if conversation else 0
+        applied = super().apply(conversation_id, plan)
+        if conversation is not None:
+            conversation.compaction_failures = count
+        return applied
+
+
 BROKEN = [
     (NoVersionBump, "test_append_assigns_gap_free_seq_and_bumps_the_version"),
     (NoVersionBump, "test_apply_with_a_stale_version_changes_nothing"),
@@ -101,6 +123,9 @@ BROKEN = [
     (KeepsTheOldSummary, "test_a_new_summary_replaces_the_old_one_which_is_archived"),
     (SearchesBeforeFiltering, "test_search_filters_before_paging"),
     (ForgetsToClearTheError, "test_apply_clears_the_compaction_error"),
+    (CountsFailuresInTheProcess, "test_compaction_failures_are_counted_beside_the_error"),
+    (CountsFailuresInTheProcess, "test_concurrent_compaction_failures_all_count"),
+    (KeepsTheFailureCount, "test_apply_resets_the_compaction_failures"),
 ]
 
 

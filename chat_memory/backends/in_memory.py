@@ -43,6 +43,7 @@ class _Conversation:
     active: deque[Event] = field(default_factory=deque)
     archive: deque[Event] = field(default_factory=deque)
     compaction_error: str | None = None
+    compaction_failures: int = 0
     compactions: deque[dict[str, Any]] = field(default_factory=deque)
     retracted: list[Event] = field(default_factory=list)
     # indexes, so that an add costs its batch: the window's events by id; every stored tool
@@ -95,6 +96,7 @@ class InMemoryStore(AppendsWithoutWindow, CompactsWhileAppending, Retracts, Stor
     :meth:`append_without_window` and :meth:`find_events` cost the batch, not the conversation."""
 
     schemes = ("memory",)
+    long_term = "chat_memory.longterm.in_memory:InMemoryFiles"
     url_options = (StoreOption("max_archived_events", int, minimum=0, nullable=True),)
     node = StoreNode(
         "inMemoryChatMemory",
@@ -103,7 +105,7 @@ class InMemoryStore(AppendsWithoutWindow, CompactsWhileAppending, Retracts, Stor
         "memory",
         order=40,
     )
-    default_max_archived_events = 1000
+    default_max_archived_events: int | None = 1000
 
     def __init__(self, max_archived_events: int | None = 1000) -> None:
         self.default_max_archived_events = max_archived_events
@@ -135,6 +137,7 @@ class InMemoryStore(AppendsWithoutWindow, CompactsWhileAppending, Retracts, Stor
             ),
             archived_count=len(conv.archive),
             compaction_error=conv.compaction_error,
+            compaction_failures=conv.compaction_failures,
         )
 
     def load(self, conversation_id: str) -> Snapshot:
@@ -235,6 +238,7 @@ class InMemoryStore(AppendsWithoutWindow, CompactsWhileAppending, Retracts, Stor
                     conv.compactions.popleft()
             conv.version += 1
             conv.compaction_error = None
+            conv.compaction_failures = 0
             return True
 
     def compactions(self, conversation_id: str) -> list[dict[str, Any]]:
@@ -313,6 +317,7 @@ class InMemoryStore(AppendsWithoutWindow, CompactsWhileAppending, Retracts, Stor
             conv = self._conversations.get(cid)
             if conv is not None:
                 conv.compaction_error = message
+                conv.compaction_failures = 0 if message is None else conv.compaction_failures + 1
 
     def clear(self, conversation_id: str) -> None:
         cid = check_conversation_id(conversation_id)

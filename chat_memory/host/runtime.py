@@ -3,8 +3,9 @@ memory sub-nodes resolved from their parameters), and the reply node's text is t
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeAlias
 
 from .. import AnthropicSummarizer, ChatMemory, ConfigurationError, InvalidInputError, Store
 from ..backends import check_conversation_id, open_store
@@ -19,6 +20,12 @@ from ..longterm import MemoryLimits, MemoryTool, long_term_memory
 from .agent import Agent, TurnResult
 from .expressions import resolve
 from .workflow import Workflow, WorkflowError, WorkflowNode, model_name
+
+#: Memories one runner keeps (one per store, config and summarizer model; a config only
+#: varies when expressions feed its fields), the least recently used dropped beyond it.
+_MEMORIES_KEPT = 32
+#: Which store a memory node names: its URL and options (None: the runner's own store).
+_StoreKey: TypeAlias = tuple[str | None, tuple[tuple[str, Any], ...]] | None
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,10 @@ class ChatWorkflow:
     ``client`` is the Anthropic client used for the agent and the summarizer (default: a
     real one). ``store`` replaces the storage every memory node names (the command line's
     ``--url``); otherwise stores are opened from the nodes and closed by :meth:`close`.
+
+    The runner builds one :class:`ChatMemory` per (store, config, summarizer model) and reuses
+    it message after message. Nothing depends on that reuse for correctness: what a memory
+    must remember between messages (the summarizer's failures in a row) is kept in the store.
     """
 
     def __init__(self, workflow: Workflow, client: Any = None, store: Store | None = None) -> None:
@@ -68,6 +79,7 @@ class ChatWorkflow:
         self._client = client
         self._store_override = store
         self._stores: dict[tuple[str | None, tuple[tuple[str, Any], ...]], Store] = {}
+        self._memories: OrderedDict[tuple[_StoreKey, str, str | None], ChatMemory] = OrderedDict()
 
     @property
     def client(self) -> Any:
@@ -120,6 +132,7 @@ class ChatWorkflow:
 
     def close(self) -> None:
         """Close the stores this runner opened (never a store passed in)."""
+        self._memories.clear()
         for store in self._stores.values():
             store.close()
         self._stores.clear()
@@ -200,18 +213,35 @@ class ChatWorkflow:
         return settings
 
     def _memory(self, settings: MemoryNodeSettings) -> ChatMemory:
+        """The memory of these settings: built on first use, then reused (see the class)."""
+        model = settings.summarizer_model if settings.summarizes else None
+        key = (self._store_key(settings), settings.config.model_dump_json(), model)
+        memory = self._memories.get(key)
+        if memory is not None:
+            self._memories.move_to_end(key)
+            return memory
         # Only a summarizing strategy calls the summarizer; building it needs the client (and its key).
         summarizer = None
         if settings.summarizes:
             assert settings.summarizer_model  # memory_settings refuses summarization without one
             summarizer = AnthropicSummarizer(model=settings.summarizer_model, client=self.client)
-        return ChatMemory(self._store(settings), settings.config, summarizer=summarizer)
+        memory = ChatMemory(self._store(settings), settings.config, summarizer=summarizer)
+        self._memories[key] = memory
+        while len(self._memories) > _MEMORIES_KEPT:
+            self._memories.popitem(last=False)
+        return memory
+
+    def _store_key(self, settings: MemoryNodeSettings) -> _StoreKey:
+        if self._store_override is not None:
+            return None
+        url, options = settings.store_target()
+        return (url, tuple(sorted(options.items())))
 
     def _store(self, settings: MemoryNodeSettings) -> Store:
-        if self._store_override is not None:
+        key = self._store_key(settings)
+        if key is None:
+            assert self._store_override is not None
             return self._store_override
-        url, options = settings.store_target()
-        key = (url, tuple(sorted(options.items())))
         if key not in self._stores:
             self._stores[key] = settings.open_store()
         return self._stores[key]

@@ -458,6 +458,52 @@ class StoreConformance(RetractionConformance):
         store.record_compaction_error("c", None)
         assert store.load("c").compaction_error is None
 
+    def test_compaction_failures_are_counted_beside_the_error(self, store: Store) -> None:
+        store.record_compaction_error("nobody", "summarizer down")  # not stored: no write
+        assert store.load("nobody") == Snapshot.empty("nobody")
+        store.append("c", turn(1))
+        assert store.load("c").compaction_failures == 0
+        store.record_compaction_error("c", "summarizer down")
+        store.record_compaction_error("c", "summarizer down")  # the same error counts again
+        assert store.load("c").compaction_failures == 2
+        appended = store.append("c", turn(2))  # an append keeps both
+        assert (appended.compaction_error, appended.compaction_failures) == ("summarizer down", 2)
+        store.record_compaction_error("c", None)
+        forgotten = store.load("c")
+        assert (forgotten.compaction_error, forgotten.compaction_failures) == (None, 0)
+
+    def test_apply_resets_the_compaction_failures(self, store: Store) -> None:
+        store.append("c", turn(1))
+        store.record_compaction_error("c", "summarizer down")
+        store.record_compaction_error("c", "summarizer down")
+        stale = CompactionPlan(expected_version=0, archive_through_seq=2)
+        assert store.apply("c", stale) is False
+        assert store.load("c").compaction_failures == 2  # a lost race resets nothing
+        assert _archive_through(store, "c", 0)
+        assert store.load("c").compaction_failures == 0
+        store.record_compaction_error("c", "summarizer down again")
+        assert store.load("c").compaction_failures == 1
+
+    def test_concurrent_compaction_failures_all_count(self, store: Store) -> None:
+        """Several workers failing at once: each failure counts (an atomic increment)."""
+        store.append("c", turn(1))
+        errors: list[BaseException] = []
+
+        def fail(worker: int) -> None:
+            try:
+                for i in range(3):
+                    store.record_compaction_error("c", f"worker {worker}: failure {i}")
+            except BaseException as exc:  # reported below, in the test's own thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=fail, args=(w,)) for w in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert errors == []
+        assert store.load("c").compaction_failures == 12
+
     def test_clear_restarts_seq(self, store: Store) -> None:
         store.append("c", [system("sys"), *turn(1)])
         assert _archive_through(store, "c", 2, summary=summary("s"))

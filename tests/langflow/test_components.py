@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from lfx.custom.utils import create_component_template
@@ -132,6 +133,21 @@ def test_in_memory_store_is_one_per_process() -> None:
     first.build_message_history().add_messages([HumanMessage("remember K-7781")])
     assert [m.content for m in second.build_message_history().messages] == ["remember K-7781"]
     assert "remember K-7781" in second.build_window().text
+
+
+def test_one_memory_per_process_and_settings() -> None:
+    def component(max_turns: int) -> Any:
+        _, built = create_component_template(
+            {"code": (BUNDLE / "in_memory.py").read_text(), "output_types": []}
+        )
+        built.conversationId, built.compactionStrategy = "conv-1", "turn_window"
+        built.maxTurns = max_turns
+        return built
+
+    first = component(3).memory()
+    assert component(3).memory() is first  # the next message's components: the same memory
+    other = component(4).memory()
+    assert other is not first and other.store is first.store  # another config, the same store
 
 
 def test_manifest_in_package_and_discovered() -> None:

@@ -61,6 +61,6 @@ if record ~= '' then
   redis.call('LTRIM', compactions, -records_kept, -1)
 end
 redis.call('HINCRBY', meta, 'version', 1)
-redis.call('HDEL', meta, 'error')
+redis.call('HDEL', meta, 'error', 'failures')
 refresh_ttl(ttl)
 return 1

@@ -21,9 +21,11 @@ local function seq_of(element)
   return tonumber(string.match(element, '^(%d+):'))
 end
 
--- The window and bookkeeping, read without touching the archive beyond its size.
+-- The window and bookkeeping, read without touching the archive beyond its size. meta.failures
+-- (the failed compactions since the last apply) is missing before the first failure and in
+-- data an older chat-memory wrote: 0.
 local function window()
-  local m = redis.call('HMGET', meta, 'version', 'last_seq', 'error', 'summary')
+  local m = redis.call('HMGET', meta, 'version', 'last_seq', 'error', 'summary', 'failures')
   return {
     m[1] or '0',
     m[2] or '0',
@@ -32,6 +34,7 @@ local function window()
     redis.call('LRANGE', pinned, 0, -1),
     redis.call('LRANGE', active, 0, -1),
     redis.call('ZCARD', archive),
+    m[5] or '0',
   }
 end
 

@@ -77,6 +77,7 @@ class Compacting(ConversationObjects):
                 segments=tuple(segments),
                 unpinned=(),
                 compaction_error=None,
+                compaction_failures=0,
                 compactions=(*head.compactions, plan.record)[-self.compaction_records_kept :]
                 if plan.record
                 else head.compactions,

@@ -6,7 +6,8 @@ Under the store's prefix::
     archive/<conversation key>/<generation>/<first>-<last>-v<version>-<nonce>   immutable segments
 
 The head holds everything a turn needs (version, last seq, pinned events, the summary, the
-active window, the compaction error) plus the archive manifest: the segment keys in seq
+active window, the compaction error and the count of failed compactions since the last
+applied one; a head without the count reads as 0) plus the archive manifest: the segment keys in seq
 order, with their seq ranges and counts. Segments are written once and never modified;
 compaction writes new ones and swaps the manifest in the head with a conditional write.
 
@@ -46,6 +47,7 @@ from ...errors import SchemaError
 from ...events import Event, EventType, Window
 from ...search import search_text
 from ..base import Snapshot
+from ..failures import stored_data
 from ..migrations import Migration, StoredFormat
 
 
@@ -243,6 +245,8 @@ class Head:
     summary: Event | None = None
     active: tuple[Event, ...] = ()
     compaction_error: str | None = None
+    #: failed compactions since the last applied one (see ``Snapshot.compaction_failures``)
+    compaction_failures: int = 0
     segments: tuple[SegmentRef, ...] = field(default_factory=tuple)
     #: pinned events a newer one with the same pin key superseded: archived, kept here (they
     #: are few, and moving one into the seq-ordered segments would rewrite the whole archive)
@@ -277,6 +281,7 @@ class Head:
             ),
             archived_count=self.archived_count,
             compaction_error=self.compaction_error,
+            compaction_failures=self.compaction_failures,
         )
 
     def evolve(self, **changes: Any) -> Head:
@@ -303,6 +308,9 @@ class Head:
             "compactions": list(self.compactions),
             "archive_blooms": [ref.bloom for ref in self.segments],
         }
+        if self.compaction_failures:
+            # an optional key in every format: read as 0 when missing; older code ignores it
+            doc["compaction_failures"] = self.compaction_failures
         if fmt >= 2:
             doc["window"] = [[*ref.to_json(), ref.bloom] for ref in self.window]
         if fmt >= 3:
@@ -312,23 +320,36 @@ class Head:
     @classmethod
     def from_bytes(cls, data: bytes, where: str = "S3 head object") -> Head:
         """Parse a stored head, upgrading an older format (``where`` names it in errors)."""
-        doc = _document(json.loads(data), HEAD_FORMAT, where)
-        return cls(
-            conversation_id=doc["conversation_id"],
-            generation=doc["generation"],
-            version=doc["version"],
-            last_seq=doc["last_seq"],
-            compaction_error=doc["compaction_error"],
-            pinned=tuple(Event.model_validate(e) for e in doc["pinned"]),
-            summary=Event.model_validate(doc["summary"]) if doc["summary"] is not None else None,
-            active=tuple(Event.model_validate(e) for e in doc["active"]),
-            segments=_refs(doc["archive"], doc.get("archive_blooms")),
-            window=tuple(SegmentRef.from_json(ref, ref[5]) for ref in doc["window"]),
-            retracted=tuple(SegmentRef.from_json(ref) for ref in doc["retracted"]),
-            writes=tuple(doc.get("writes", ())),
-            unpinned=tuple(Event.model_validate(e) for e in doc.get("unpinned", ())),
-            compactions=tuple(doc.get("compactions", ())),
+        with stored_data(where):
+            doc = _document(json.loads(data), HEAD_FORMAT, where)
+            return cls(
+                conversation_id=doc["conversation_id"],
+                generation=doc["generation"],
+                version=doc["version"],
+                last_seq=doc["last_seq"],
+                compaction_error=doc["compaction_error"],
+                compaction_failures=_count(doc.get("compaction_failures", 0), where),
+                pinned=tuple(Event.model_validate(e) for e in doc["pinned"]),
+                summary=Event.model_validate(doc["summary"])
+                if doc["summary"] is not None
+                else None,
+                active=tuple(Event.model_validate(e) for e in doc["active"]),
+                segments=_refs(doc["archive"], doc.get("archive_blooms")),
+                window=tuple(SegmentRef.from_json(ref, ref[5]) for ref in doc["window"]),
+                retracted=tuple(SegmentRef.from_json(ref) for ref in doc["retracted"]),
+                writes=tuple(doc.get("writes", ())),
+                unpinned=tuple(Event.model_validate(e) for e in doc.get("unpinned", ())),
+                compactions=tuple(doc.get("compactions", ())),
+            )
+
+
+def _count(value: Any, where: str) -> int:
+    """A head's ``compaction_failures``: a whole number, 0 or more."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SchemaError(
+            f"{where} holds compaction_failures ({value!r}), which is not a whole number, 0 or more"
         )
+    return value
 
 
 def _refs(items: list[Any], blooms: Any) -> tuple[SegmentRef, ...]:
@@ -362,12 +383,13 @@ class Segment:
     @classmethod
     def from_bytes(cls, data: bytes, where: str = "S3 archive segment") -> Segment:
         """Parse a stored segment, upgrading an older format (``where`` names it in errors)."""
-        doc = _document(
-            json.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data),
-            SEGMENT_FORMAT,
-            where,
-        )
-        return cls(events=doc["events"], text=doc["text"])
+        with stored_data(where):
+            doc = _document(
+                json.loads(gzip.decompress(data) if data[:2] == b"\x1f\x8b" else data),
+                SEGMENT_FORMAT,
+                where,
+            )
+            return cls(events=doc["events"], text=doc["text"])
 
     def live_events(self, skip: int) -> list[Event]:
         return [Event.model_validate(raw) for raw in self.events[skip:]]

@@ -28,7 +28,7 @@ from ..base import (
 from ..bookkeeping import archived_copy, number, split_appended, unstored
 from ..declarations import ConnectionField, StoreNode, StoreOption
 from .cache import HeadCache
-from .client import ensure_bucket, make_client, parse_location
+from .client import S3_DRIVER_ERRORS, ensure_bucket, make_client, parse_location
 from .compaction import Compacting
 from .layout import TAIL_EVENTS, Head, Layout, Segment, conversation_id_of, normalize_prefix
 from .objects import SegmentGone
@@ -62,6 +62,8 @@ class S3Store(
 
     schemes = ("s3",)
     extra = "s3"
+    driver_errors = S3_DRIVER_ERRORS
+    long_term = "chat_memory.longterm.s3:S3Files"
     # the records ride in the head, which every turn rewrites: keep few (~200 bytes each)
     compaction_records_kept = 10
     url_options = (
@@ -102,7 +104,7 @@ class S3Store(
         ),
         order=30,
     )
-    default_max_archived_events = 1000
+    default_max_archived_events: int | None = 1000
 
     def __init__(
         self,
@@ -333,18 +335,22 @@ class S3Store(
         cid = check_conversation_id(conversation_id)
 
         def read(head: Head, segments: list[Segment], window: list[Event]) -> SearchResult:
-            matched: list[tuple[int, Callable[[], Event]]] = []
+            # an archived event is parsed only when it is on the page
+            matched: list[tuple[int, Event | dict[str, Any]]] = []
             for ref, seg in zip(head.segments, segments):
                 for raw, text in zip(seg.events[ref.skip :], seg.text[ref.skip :]):
                     if text is not None and query.matches(text):
-                        matched.append((raw["seq"], lambda raw=raw: Event.model_validate(raw)))
+                        matched.append((raw["seq"], raw))
             for event in (*window, *head.active):
                 text = search_text(event)
                 if text is not None and query.matches(text):
-                    matched.append((event.seq or 0, lambda event=event: event))
+                    matched.append((event.seq or 0, event))
             matched.sort(key=lambda item: item[0])
             page = matched[query.offset : query.offset + query.limit]
-            return SearchResult(events=[load() for _, load in page], total=len(matched))
+            return SearchResult(
+                events=[e if isinstance(e, Event) else Event.model_validate(e) for _, e in page],
+                total=len(matched),
+            )
 
         return self._with_archive(cid, read)
 
@@ -372,10 +378,19 @@ class S3Store(
 
         def attempt() -> bool | None:
             found = self._read_head(cid)
-            if found is None or found[0].compaction_error == message:
+            if found is None:
                 return True
             head, etag = found
-            return True if self._write_head(head.evolve(compaction_error=message), etag) else None
+            if message is None:
+                if head.compaction_error is None and not head.compaction_failures:
+                    return True  # nothing to forget: no write
+                update = head.evolve(compaction_error=None, compaction_failures=0)
+            else:
+                update = head.evolve(
+                    compaction_error=message, compaction_failures=head.compaction_failures + 1
+                )
+            # a conditional write: a failure another worker counted meanwhile is re-read, not lost
+            return True if self._write_head(update, etag) else None
 
         self.backoff.run(attempt, what=f"recording the compaction error of conversation {cid!r}")
 

@@ -13,18 +13,20 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable, Collection, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
 import sqlalchemy as sa
 
-from ...errors import ConfigurationError
+from ...errors import ConfigurationError, StorageError
 from ...events import Event, EventType, Window
 from ...pins import superseded
 from ...search import RECALL_MARK, MatchMode, SearchQuery, SearchResult, search_text
 from ..base import CompactionPlan, Snapshot
 from ..bookkeeping import number, retracted_copy, retraction_targets, split_appended, unstored
+from ..failures import stored_data
 from .engine import lock_schema
 from .schema import build_tables, ensure_schema, row_key, stored_message, stored_search_text
 
@@ -85,6 +87,7 @@ class SQLOperations:
             .values(
                 version=conversations.c.version + 1,
                 compaction_error=None,
+                compaction_failures=0,
                 updated_at=sa.bindparam("b_now"),
             )
         )
@@ -110,6 +113,7 @@ class SQLOperations:
                 conversations.c.last_seq,
                 conversations.c.archived_count,
                 conversations.c.compaction_error,
+                conversations.c.compaction_failures,
                 events.c.type,
                 events.c.body,
             )
@@ -154,12 +158,16 @@ class SQLOperations:
             )
         return rows
 
-    @staticmethod
-    def _events(rows: Any) -> list[Event]:
-        return [
-            Event.from_json(row.body).model_copy(update={"archived": bool(row.archived)})
-            for row in rows
-        ]
+    def _stored(self) -> AbstractContextManager[None]:
+        """Around the decoding of rows: what cannot be decoded is a SchemaError naming them."""
+        return stored_data(f"a row of the {self.tables.prefix!r} tables")
+
+    def _events(self, rows: Any) -> list[Event]:
+        with self._stored():
+            return [
+                Event.from_json(row.body).model_copy(update={"archived": bool(row.archived)})
+                for row in rows
+            ]
 
     # -- schema ------------------------------------------------------------------------------
 
@@ -178,16 +186,17 @@ class SQLOperations:
         pinned: list[Event] = []
         active: list[Event] = []
         summary: Event | None = None
-        for row in rows:
-            if row.body is None:
-                continue
-            stored = Event.from_json(row.body)
-            if row.type == EventType.SYSTEM.value:
-                pinned.append(stored)
-            elif row.type == EventType.SUMMARY.value:
-                summary = stored
-            else:
-                active.append(stored)
+        with self._stored():
+            for row in rows:
+                if row.body is None:
+                    continue
+                stored = Event.from_json(row.body)
+                if row.type == EventType.SYSTEM.value:
+                    pinned.append(stored)
+                elif row.type == EventType.SUMMARY.value:
+                    summary = stored
+                else:
+                    active.append(stored)
         head = rows[0]
         return Snapshot(
             conversation_id=cid,
@@ -196,6 +205,7 @@ class SQLOperations:
             window=Window(pinned=tuple(pinned), summary=summary, active=tuple(active)),
             archived_count=head.archived_count,
             compaction_error=head.compaction_error,
+            compaction_failures=head.compaction_failures,
         )
 
     def history(self, connection: sa.Connection, cid: str) -> list[Event]:
@@ -308,9 +318,9 @@ class SQLOperations:
             .where(retracted.c.conversation_ref == self._ref(cid))
             .order_by(retracted.c.seq)
         )
-        return [
-            retracted_copy(Event.from_json(body)) for body in connection.execute(query).scalars()
-        ]
+        bodies = connection.execute(query).scalars().all()
+        with self._stored():
+            return [retracted_copy(Event.from_json(body)) for body in bodies]
 
     def compactions(self, connection: sa.Connection, cid: str) -> list[dict[str, Any]]:
         compactions = self.tables.compactions
@@ -319,7 +329,8 @@ class SQLOperations:
             .where(compactions.c.conversation_ref == self._ref(cid))
             .order_by(compactions.c.id)
         ).scalars()
-        return [json.loads(record) for record in rows]
+        with self._stored():
+            return [json.loads(record) for record in rows.all()]
 
     def conversations(self, connection: sa.Connection) -> list[str]:
         return sorted(
@@ -336,18 +347,21 @@ class SQLOperations:
         if row is not None:
             return row.id, row.last_seq, row.version, now
         conversations = self.tables.conversations
-        ref = connection.execute(
+        inserted = connection.execute(
             conversations.insert().values(
                 conversation_key=conversation_key(cid),
                 conversation_id=cid,
                 version=0,
                 last_seq=0,
                 archived_count=0,
+                compaction_failures=0,
                 created_at=now,
                 updated_at=now,
             )
-        ).inserted_primary_key[0]
-        return ref, 0, 0, now
+        ).inserted_primary_key
+        if inserted is None:  # SQLAlchemy has it for every single-row INSERT
+            raise StorageError(f"the database gave no id to the new row of conversation {cid!r}")
+        return inserted[0], 0, 0, now
 
     def append(self, connection: sa.Connection, cid: str, batch: list[Event]) -> Snapshot:
         """Append ``batch`` (idempotent per event id) and return the snapshot right after it."""
@@ -615,7 +629,13 @@ class SQLOperations:
         connection.execute(
             conversations.update()
             .where(conversations.c.conversation_key == conversation_key(cid))
-            .values(compaction_error=stored_message(message))
+            .values(
+                compaction_error=stored_message(message),
+                # one UPDATE: concurrent failures of several workers all count
+                compaction_failures=0
+                if message is None
+                else conversations.c.compaction_failures + 1,
+            )
         )
 
     def clear(self, connection: sa.Connection, cid: str) -> None:

@@ -5,8 +5,10 @@ Eight tables, named with a configurable prefix (default ``chat_memory_``):
 - ``<prefix>meta``: ``name``/``value`` pairs; ``schema_version`` says which layout the data uses,
   and ``migrated_to_<N>`` records when (and by which step) the tables were upgraded to N.
 - ``<prefix>conversations``: one row per conversation with its bookkeeping (version, last_seq,
-  archived_count, summary_seq, compaction_error). Rows are found by ``conversation_key``, the
-  SHA-256 of the id, so that any id is safe whatever the database's collation or key length limit.
+  archived_count, summary_seq, compaction_error and, since schema version 6,
+  compaction_failures: the failed compactions since the last applied one). Rows are found by
+  ``conversation_key``, the SHA-256 of the id, so that any id is safe whatever the database's
+  collation or key length limit.
 - ``<prefix>events``: one row per event keyed by (conversation, seq), with the stored envelope,
   the archived flag, the type, the token count and the case-folded search text (NUL spelled
   :data:`SEARCH_NUL` since schema version 3). The index on (conversation, archived, seq) makes
@@ -40,7 +42,7 @@ from ...errors import ConfigurationError, SchemaError
 from ..migrations import Migration, StoredFormat
 
 #: The schema version this code creates (as recorded in the meta table).
-SCHEMA_VERSION = "5"
+SCHEMA_VERSION = "6"
 DEFAULT_TABLE_PREFIX = "chat_memory_"
 _PREFIX_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,29}|")
 
@@ -166,6 +168,7 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         sa.Column("archived_count", sa.BigInteger(), nullable=False),
         sa.Column("summary_seq", sa.BigInteger(), nullable=True),
         sa.Column("compaction_error", sa.Text(), nullable=True),
+        sa.Column("compaction_failures", sa.Integer(), nullable=False, server_default="0"),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
         sa.UniqueConstraint("conversation_key", name=f"{prefix}conversations_key_uq"),
@@ -385,6 +388,20 @@ def _add_retracted_table(change: SchemaChange) -> None:
     change.tables.retracted.create(change.connection, checkfirst=True)
 
 
+def _add_compaction_failures(change: SchemaChange) -> None:
+    """Version 5 -> 6: ``conversations.compaction_failures`` (added when missing), 0 on every
+    existing row: a count that starts again is what an older chat-memory kept in its process."""
+    conversations, connection = change.tables.conversations, change.connection
+    columns = {column["name"] for column in sa.inspect(connection).get_columns(conversations.name)}
+    if "compaction_failures" not in columns:
+        preparer = connection.dialect.identifier_preparer
+        kind = conversations.c.compaction_failures.type.compile(dialect=connection.dialect)
+        connection.exec_driver_sql(
+            f"ALTER TABLE {preparer.format_table(conversations)} ADD COLUMN "
+            f"{preparer.quote('compaction_failures')} {kind} DEFAULT 0 NOT NULL"
+        )
+
+
 def _keys_of_row(row: Any) -> dict[str, Any]:
     body = json.loads(row.body)
     call_id = body.get("tool_call_id") if row.type in ("tool_call", "tool_result") else None
@@ -425,6 +442,11 @@ SQL_SCHEMA: StoredFormat[SchemaChange] = StoredFormat(
             _index_event_and_call_ids,
         ),
         Migration(4, "add the retracted events table", _add_retracted_table),
+        Migration(
+            5,
+            "count failed compactions beside the compaction error",
+            _add_compaction_failures,
+        ),
     ),
     remedy="upgrade chat-memory, or use another table_prefix",
 )

@@ -1,11 +1,14 @@
 """The shared body of the five Chat Memory components: inputs generated from our node
-definition, validation by :func:`memory_settings`, one store per process and node settings,
-and three outputs (the LangChain history, the rendered window, ``conversation_search``)."""
+definition, validation by :func:`memory_settings`, one store and one memory per process and
+node settings, and three outputs (the LangChain history, the rendered window,
+``conversation_search``)."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
+from collections import OrderedDict
 from typing import Any
 
 from lfx.base.memory.model import LCChatMemoryComponent
@@ -32,17 +35,62 @@ from .fields import (
 
 _STORES: dict[str, Store] = {}
 _STORES_LOCK = threading.Lock()
+#: Memories a process keeps (one per store, config, summarizer model and Anthropic
+#: settings), the least recently used dropped beyond it.
+_MEMORIES: OrderedDict[tuple[str, str, str | None, str], ChatMemory] = OrderedDict()
+_MEMORIES_KEPT = 64
+#: What the default ``anthropic.Anthropic()`` client reads from the environment.
+_ANTHROPIC_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL")
+
+
+def _store_key(url: str | None, options: dict[str, Any]) -> str:
+    return repr((url or ("builtin", os.environ.get("CHAT_MEMORY_URL")), sorted(options.items())))
 
 
 def shared_store(url: str | None, options: dict[str, Any]) -> Store:
     """The process's one store for these settings: an in-memory store survives between the
     messages of a running Langflow server (each message builds the components anew). The
     built-in store (URL None) is the one ``CHAT_MEMORY_URL`` names now."""
-    key = repr((url or ("builtin", os.environ.get("CHAT_MEMORY_URL")), sorted(options.items())))
+    key = _store_key(url, options)
     with _STORES_LOCK:
         if key not in _STORES:
             _STORES[key] = open_store(url, **options)
         return _STORES[key]
+
+
+def shared_memory(settings: MemoryNodeSettings) -> ChatMemory:
+    """The process's one :class:`ChatMemory` for these settings (over :func:`shared_store`):
+    built at the first message, so the summarizer's client is not rebuilt at every one. A
+    changed Anthropic key or base URL in the environment builds a new one. Nothing depends on
+    the reuse for correctness: the summarizer's failures in a row are counted in the store."""
+    url, options = settings.store_target()
+    model = settings.summarizer_model if settings.summarizes else None
+    # a digest, so that no key is kept in the cache's keys
+    client_env = "\0".join(os.environ.get(name, "") for name in _ANTHROPIC_ENV) if model else ""
+    key = (
+        _store_key(url, options),
+        settings.config.model_dump_json(),
+        model,
+        hashlib.sha256(client_env.encode("utf-8")).hexdigest(),
+    )
+    with _STORES_LOCK:
+        if key in _MEMORIES:
+            _MEMORIES.move_to_end(key)
+            return _MEMORIES[key]
+    summarizer = None
+    if model is not None:
+        import anthropic
+
+        from ...summarizer import AnthropicSummarizer
+
+        summarizer = AnthropicSummarizer(model=model, client=anthropic.Anthropic())
+    memory = ChatMemory(shared_store(url, options), settings.config, summarizer=summarizer)
+    with _STORES_LOCK:  # a racing message may have built one meanwhile: keep the first
+        memory = _MEMORIES.setdefault(key, memory)
+        _MEMORIES.move_to_end(key)
+        while len(_MEMORIES) > _MEMORIES_KEPT:
+            _MEMORIES.popitem(last=False)
+        return memory
 
 
 def memory_inputs(storage: str) -> list[Any]:
@@ -116,19 +164,9 @@ class ChatMemoryComponent(LCChatMemoryComponent):
         return self.settings().conversation_id or self._run_session_id()
 
     def memory(self) -> ChatMemory:
-        """The :class:`ChatMemory` over this node's store (shared per process)."""
-        settings = self.settings()
-        url, options = settings.store_target()
-        summarizer = None
-        if settings.summarizes:
-            import anthropic
-
-            from ...summarizer import AnthropicSummarizer
-
-            summarizer = AnthropicSummarizer(
-                model=settings.summarizer_model, client=anthropic.Anthropic()
-            )
-        return ChatMemory(shared_store(url, options), settings.config, summarizer=summarizer)
+        """The :class:`ChatMemory` of this node's settings (shared per process: see
+        :func:`shared_memory`)."""
+        return shared_memory(self.settings())
 
     def build_message_history(self) -> ChatMemoryHistory:
         """Our LangChain history of the conversation (for Message History or our agent)."""
@@ -152,4 +190,10 @@ class ChatMemoryComponent(LCChatMemoryComponent):
         return build_config
 
 
-__all__ = ["MEMORY_OUTPUTS", "ChatMemoryComponent", "memory_inputs", "shared_store"]
+__all__ = [
+    "MEMORY_OUTPUTS",
+    "ChatMemoryComponent",
+    "memory_inputs",
+    "shared_memory",
+    "shared_store",
+]
