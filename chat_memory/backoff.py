@@ -7,9 +7,11 @@ import random
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeVar
 
 from .errors import ConcurrencyError
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -24,7 +26,7 @@ class Backoff:
         for attempt in range(self.attempts):
             yield random.uniform(0, min(self.cap, self.base * (2**attempt)))
 
-    def run(self, operation: Callable[[], Any], *, what: str) -> Any:
+    def run(self, operation: Callable[[], T | None], *, what: str) -> T:
         """Call ``operation`` until it returns something other than None; sleep between tries.
         Raises :class:`ConcurrencyError` when every attempt lost its race."""
         for delay in self.delays():

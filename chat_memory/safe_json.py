@@ -56,7 +56,7 @@ def text_depth(text: str) -> int:
 
 
 def loads(
-    text: str | bytes,
+    text: str | bytes | bytearray,
     what: str = "the arguments",
     max_depth: int = MAX_ARGUMENT_DEPTH,
     max_int_digits: int = MAX_INT_DIGITS,

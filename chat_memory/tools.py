@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import logging
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -224,9 +224,12 @@ class ConversationSearchTool:
     example = '{"keyword": "invoice"}'
 
     def __init__(
-        self, search: Callable[..., SearchPage], conversation_id: str, page_size: int
+        self, search: Callable[[str, SearchQuery], SearchPage], conversation_id: str, page_size: int
     ) -> None:
         self._search = search
+        self._bind(conversation_id, page_size)
+
+    def _bind(self, conversation_id: str, page_size: int) -> None:
         self.conversation_id = conversation_id
         self.page_size = page_size
 
@@ -256,13 +259,13 @@ class ConversationSearchTool:
             return failed(self.name, exc)
 
     def _query(self, arguments: dict[str, Any] | str | None) -> SearchQuery | ToolOutput:
-        arguments = parse_arguments(arguments, self.example)
-        if isinstance(arguments, ToolOutput):
-            return arguments
-        unknown = unknown_arguments(arguments, TOOL_INPUT_SCHEMA["properties"])
+        parsed = parse_arguments(arguments, self.example)
+        if isinstance(parsed, ToolOutput):
+            return parsed
+        unknown = unknown_arguments(parsed, TOOL_INPUT_SCHEMA["properties"])
         if unknown:
             return unknown
-        keyword, match_mode = arguments.get("keyword"), arguments.get("match_mode")
+        keyword, match_mode = parsed.get("keyword"), parsed.get("match_mode")
         # checked here so that no message quotes a model's value at length (SearchQuery's own
         # messages repr what they are given)
         if not isinstance(keyword, str) or not keyword.strip():
@@ -276,7 +279,7 @@ class ConversationSearchTool:
             return ToolOutput(
                 f"Error: match_mode ({describe(match_mode)}) must be one of: {modes}.", True
             )
-        page = tool_page(arguments.get("page"))
+        page = tool_page(parsed.get("page"))
         if page >= MAX_TOOL_PAGE:
             return ToolOutput(
                 f"Error: page ({describe(page + 1)}) must be at most {MAX_TOOL_PAGE:,}.", True
@@ -291,19 +294,30 @@ class AsyncConversationSearchTool(ConversationSearchTool):
     """:class:`ConversationSearchTool` whose ``run`` and ``__call__`` are coroutines (from
     :meth:`AsyncChatMemory.search_tool <chat_memory.AsyncChatMemory.search_tool>`)."""
 
-    async def run(self, arguments: dict[str, Any] | str | None) -> ToolOutput:  # type: ignore[override]
+    def __init__(
+        self,
+        search: Callable[[str, SearchQuery], Awaitable[SearchPage]],
+        conversation_id: str,
+        page_size: int,
+    ) -> None:
+        self._asearch = search
+        self._bind(conversation_id, page_size)
+
+    # the coroutine twin of run: a subclass on purpose, so that code asking
+    # isinstance(tool, ConversationSearchTool) finds both tools
+    async def run(self, arguments: dict[str, Any] | str | None) -> ToolOutput:  # type: ignore[override]  # a coroutine, see above
         """Run one call; never raises (see :meth:`ConversationSearchTool.run`)."""
         try:
             query = self._query(arguments)
             if isinstance(query, ToolOutput):
                 return query
-            return ToolOutput(format_page(await self._search(self.conversation_id, query), query))
+            return ToolOutput(format_page(await self._asearch(self.conversation_id, query), query))
         except InvalidInputError as exc:  # SearchError and our other input checks: short, ours
             return refused(exc)
         except Exception as exc:
             return failed(self.name, exc)
 
-    async def __call__(self, arguments: dict[str, Any] | str | None) -> str:  # type: ignore[override]
+    async def __call__(self, arguments: dict[str, Any] | str | None) -> str:  # type: ignore[override]  # a coroutine, as run
         return (await self.run(arguments)).text
 
 
@@ -368,13 +382,13 @@ class FetchToolResultTool:
             return failed(self.name, exc)
 
     def _call_id(self, arguments: dict[str, Any] | str | None) -> str | ToolOutput:
-        arguments = parse_arguments(arguments, self.example)
-        if isinstance(arguments, ToolOutput):
-            return arguments
-        unknown = unknown_arguments(arguments, FETCH_TOOL_INPUT_SCHEMA["properties"])
+        parsed = parse_arguments(arguments, self.example)
+        if isinstance(parsed, ToolOutput):
+            return parsed
+        unknown = unknown_arguments(parsed, FETCH_TOOL_INPUT_SCHEMA["properties"])
         if unknown:
             return unknown
-        call_id = arguments.get("tool_call_id")
+        call_id = parsed.get("tool_call_id")
         if not isinstance(call_id, str) or not call_id.strip():
             return ToolOutput(
                 f"Error: tool_call_id ({describe(call_id)}) must be a non-blank string.", True
@@ -401,17 +415,24 @@ class FetchToolResultTool:
 class AsyncFetchToolResultTool(FetchToolResultTool):
     """:class:`FetchToolResultTool` whose ``run`` and ``__call__`` are coroutines."""
 
-    async def run(self, arguments: dict[str, Any] | str | None) -> ToolOutput:  # type: ignore[override]
+    def __init__(
+        self, fetch: Callable[[str, str], Awaitable[Event | None]], conversation_id: str
+    ) -> None:
+        self._afetch = fetch
+        self.conversation_id = conversation_id
+
+    # the coroutine twin of run, a subclass on purpose (as AsyncConversationSearchTool)
+    async def run(self, arguments: dict[str, Any] | str | None) -> ToolOutput:  # type: ignore[override]  # a coroutine, see above
         """Run one call; never raises (see :meth:`FetchToolResultTool.run`)."""
         try:
             call_id = self._call_id(arguments)
             if isinstance(call_id, ToolOutput):
                 return call_id
-            return self._answer(call_id, await self._fetch(self.conversation_id, call_id))
+            return self._answer(call_id, await self._afetch(self.conversation_id, call_id))
         except InvalidInputError as exc:  # the store's check of the id: short, ours
             return refused(exc)
         except Exception as exc:
             return failed(self.name, exc)
 
-    async def __call__(self, arguments: dict[str, Any] | str | None) -> str:  # type: ignore[override]
+    async def __call__(self, arguments: dict[str, Any] | str | None) -> str:  # type: ignore[override]  # a coroutine, as run
         return (await self.run(arguments)).text

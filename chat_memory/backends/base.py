@@ -24,7 +24,8 @@ from .bookkeeping import (
     tool_events,
 )
 from .declarations import StoreNode, StoreOption, settings_from_url
-from .failures import wrap_driver_errors
+from .failures import DriverErrors, wrap_driver_errors
+from .registry import register
 
 __all__ = [
     "COMPACTION_RECORDS_KEPT",
@@ -75,6 +76,11 @@ class Snapshot:
     window: Window
     archived_count: int
     compaction_error: str | None = None
+    #: failed compactions recorded since the last one that applied: each
+    #: ``record_compaction_error`` with a message counts one; an apply (or recording None)
+    #: resets it to 0. Kept in the store beside ``compaction_error``, so that every worker
+    #: and a restarted process see the same count (the summarizer's fallback is decided on it).
+    compaction_failures: int = 0
 
     @classmethod
     def empty(cls, conversation_id: str) -> Snapshot:
@@ -118,9 +124,16 @@ COMPACTION_RECORDS_KEPT = 50
 class Store(ABC):
     """The protocol of every storage backend.
 
-    Public methods are wrapped so that a driver exception that escapes becomes a
-    :class:`StorageError` (raised from the original), once, here.
+    Public methods are wrapped so that an exception of the store's driver (one
+    :attr:`driver_errors` declares) that escapes becomes a :class:`StorageError` naming the
+    store and the method (raised from the original), once, here; any other exception
+    propagates as itself.
     """
+
+    #: The driver's exception classes that become :class:`StorageError` (classes or lazy
+    #: ``"module:Class"`` names, see :data:`~chat_memory.backends.failures.DriverErrors`);
+    #: none for a store without a driver.
+    driver_errors: ClassVar[DriverErrors] = ()
 
     #: URL schemes :func:`~chat_memory.open_store` maps to this class. A class that sets it
     #: registers itself (see :mod:`chat_memory.backends.registry`); a scheme ``a+b`` falls
@@ -135,8 +148,18 @@ class Store(ABC):
     passes_query_to_driver: ClassVar[bool] = False
     #: The store's canvas node, if it has one.
     node: ClassVar[StoreNode | None] = None
-    #: Archive cap used when a plan does not name one (None: unbounded).
-    default_max_archived_events: ClassVar[int | None] = 1000
+    #: Its native async twin for :func:`~chat_memory.open_async_store`, as
+    #: ``"package.module:Class"`` (an :class:`~chat_memory.backends.aio.AsyncStore` subclass,
+    #: imported only when an async store is opened); None: the async API runs this store in
+    #: threads. The twin serves the schemes it declares, or all of this store's if none.
+    async_twin: ClassVar[str | None] = None
+    #: Its long-term memory for :func:`~chat_memory.longterm.long_term_memory`, as
+    #: ``"package.module:Class"`` (a :class:`~chat_memory.longterm.MemoryFiles` subclass taking
+    #: ``(store, namespace, **options)``, imported only when used); None: it has none.
+    long_term: ClassVar[str | None] = None
+    #: Archive cap used when a plan does not name one (None: unbounded); a store sets its own
+    #: from its ``max_archived_events`` option, so it is per instance.
+    default_max_archived_events: int | None = 1000
     #: How many compaction records it keeps per conversation (the newest).
     compaction_records_kept: ClassVar[int] = COMPACTION_RECORDS_KEPT
 
@@ -165,8 +188,6 @@ class Store(ABC):
             if method is not None and not getattr(method, "_wraps_driver_errors", False):
                 setattr(cls, name, wrap_driver_errors(method))
         if cls.__dict__.get("schemes"):
-            from .registry import register  # the registry imports this module
-
             register(cls)
 
     @classmethod
@@ -213,7 +234,8 @@ class Store(ABC):
     def apply(self, conversation_id: str, plan: CompactionPlan) -> bool:
         """Apply a compaction plan if the version still equals ``plan.expected_version``;
         return False (changing nothing) when another write got there first. A successful
-        apply bumps the version and clears the recorded compaction error."""
+        apply bumps the version, clears the recorded compaction error and resets
+        :attr:`Snapshot.compaction_failures` to 0."""
 
     @abstractmethod
     def history(self, conversation_id: str) -> list[Event]:
@@ -236,7 +258,10 @@ class Store(ABC):
 
     @abstractmethod
     def record_compaction_error(self, conversation_id: str, message: str | None) -> None:
-        """Remember (or with None, forget) why the last automatic compaction failed."""
+        """Remember why the last compaction failed and count the failure
+        (:attr:`Snapshot.compaction_failures` + 1), atomically; with None, forget the error and
+        reset the count to 0. :meth:`apply` does the same reset. Nothing is written for a
+        conversation that is not stored."""
 
     @abstractmethod
     def compactions(self, conversation_id: str) -> list[dict[str, Any]]:

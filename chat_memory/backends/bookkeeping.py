@@ -25,7 +25,8 @@ def tool_events(events: Iterable[Event], tool_call_ids: Collection[str]) -> list
 
 def split_appended(events: Iterable[Event]) -> tuple[list[Event], list[Event]]:
     """Split events to append into (pinned system events, real events)."""
-    pinned, real = [], []
+    pinned: list[Event] = []
+    real: list[Event] = []
     for event in events:
         (pinned if event.type is EventType.SYSTEM else real).append(event)
     return pinned, real

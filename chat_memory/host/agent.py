@@ -9,17 +9,26 @@ without its result. Compaction runs inside :meth:`ChatMemory.add` after each wri
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from .. import ChatMemory, Event, with_overflow_retry
 from ..safe_json import ECHO_CHARS, JSONLimitError, check, describe
 from ..tools import ToolOutput, failed
 
-Tool = Any
-"""A tool the agent can hand the model: ``name``, ``definition()`` (the Anthropic shape),
-``run(input) -> ToolOutput``; an optional ``beta`` names the API beta it needs. The
-built-in ones: :class:`ConversationSearchTool`, :class:`FetchToolResultTool`,
-:class:`chat_memory.longterm.MemoryTool`."""
+
+class Tool(Protocol):
+    """A tool the agent can hand the model: ``name``, ``definition()`` (the Anthropic shape),
+    ``run(input) -> ToolOutput``; an optional ``beta`` names the API beta it needs. The
+    built-in ones: :class:`ConversationSearchTool`, :class:`FetchToolResultTool`,
+    :class:`chat_memory.longterm.MemoryTool`."""
+
+    @property
+    def name(self) -> str: ...
+
+    def definition(self) -> dict[str, Any]: ...
+
+    def run(self, arguments: dict[str, Any] | str | None, /) -> ToolOutput: ...
+
 
 #: Model calls in one turn that may use tools; one more call (tools disabled) must answer.
 DEFAULT_MAX_TOOL_ROUNDS = 8

@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         dest="command", metavar="COMMAND", required=True, parser_class=_IntermixedParser
     )
 
-    def command(name: str, help_text: str, json_output: bool = False) -> argparse.ArgumentParser:
+    def command(name: str, help_text: str, json_output: bool = False) -> _IntermixedParser:
         sub = commands.add_parser(name, help=help_text, description=help_text, parents=[common])
         if json_output:
             sub.add_argument(
@@ -78,7 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
             )
         return sub
 
-    scripted = {
+    scripted: dict[str, Any] = {
         "action": "store_true",
         "help": "use the scripted stand-in model even with ANTHROPIC_API_KEY",
     }
@@ -187,8 +187,9 @@ class _IntermixedParser(argparse.ArgumentParser):
             self._inner = False
 
 
-def _common_options(top_level: bool) -> argparse.ArgumentParser:
-    options = argparse.ArgumentParser(add_help=False)
+def _common_options(top_level: bool) -> _IntermixedParser:
+    # of the sub-commands' class, as add_parser's parents must be (only its options are used)
+    options = _IntermixedParser(add_help=False)
     default: dict[str, Any] = {} if top_level else {"default": argparse.SUPPRESS}
     options.add_argument(
         "--url", help=f"store URL (default: ${ENV_URL}, else the embedded SQLite file)", **default

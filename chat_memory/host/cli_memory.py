@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TypeVar
 
 from ..longterm import ROOT, format_size, long_term_memory
 from .cli_session import CommandError, Session
 from .cli_text import say, terminal_text
 
+P = TypeVar("P", bound=argparse.ArgumentParser)
 
-def add_memory_command(
-    commands: argparse._SubParsersAction, common: argparse.ArgumentParser
-) -> None:
+
+def add_memory_command(commands: argparse._SubParsersAction[P], common: P) -> None:
     """Register the ``memory`` sub-command."""
     text = "long-term memory files of a namespace: memory list|show|delete --namespace NS [PATH]"
     sub = commands.add_parser("memory", help=text, description=text, parents=[common])

@@ -81,11 +81,12 @@ def _as_item(item: Any, where: str) -> Item:
     if not isinstance(item, dict):
         raise InvalidInputError(f"{where} ({item!r}) must be a Responses input item (a dict)")
     try:
-        return json.loads(json.dumps(item, ensure_ascii=False))
+        copy: Item = json.loads(json.dumps(item, ensure_ascii=False))
     except (TypeError, ValueError) as exc:
         raise InvalidInputError(
             f"{where} is not JSON ({exc}); nothing of this list was stored"
         ) from None
+    return copy
 
 
 def checked_items(items: Iterable[Any]) -> list[Item]:

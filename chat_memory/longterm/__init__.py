@@ -8,7 +8,8 @@ conversations on any chat-memory store, and the ``memory`` tool (Anthropic's
 
 from __future__ import annotations
 
-from .files import FileEntry, FileVersion, MemoryFiles, MemoryLimits
+from .budget import MemoryLimits
+from .files import FileEntry, FileVersion, MemoryFiles
 from .paths import ROOT, MemoryLimitError, MemoryPathError, MemoryToolError, check_path
 from .stores import long_term_memory
 from .tool import MEMORY_SYSTEM_PROMPT, MemoryTool

@@ -45,10 +45,10 @@ class MemoryLimits:
     max_answer_chars: int = 120_000
 
     def __post_init__(self) -> None:
-        if self.max_version_bytes is None:
-            object.__setattr__(
-                self, "max_version_bytes", max(self.max_namespace_bytes, self.max_file_bytes)
-            )
+        version_bytes = self.max_version_bytes
+        if version_bytes is None:
+            version_bytes = max(self.max_namespace_bytes, self.max_file_bytes)
+            object.__setattr__(self, "max_version_bytes", version_bytes)
         for name in (
             "max_file_bytes",
             "max_files",
@@ -61,7 +61,7 @@ class MemoryLimits:
                 raise ConfigurationError(
                     f"MemoryLimits {name} ({value!r}) must be a whole number, 1 or more"
                 )
-        if self.max_version_bytes < self.max_file_bytes:  # type: ignore[operator]
+        if version_bytes < self.max_file_bytes:
             raise ConfigurationError(
                 f"MemoryLimits max_version_bytes ({self.max_version_bytes}) must be at least max_file_bytes "
                 f"({self.max_file_bytes}): every change of a file is kept as a version"

@@ -17,9 +17,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
-from ..backends.failures import wrap_driver_errors
+from ..backends.failures import DriverErrors, wrap_driver_errors
 from ..backoff import Backoff
 from ..errors import ConcurrencyError, ConfigurationError
 from .budget import MemoryLimits
@@ -84,9 +84,14 @@ class MemoryFiles(ABC):
     """One namespace of memory files on some store. Commands take and return what the memory
     tool (``memory_20250818``) documents; refusals are :class:`MemoryToolError`."""
 
+    #: The driver's exceptions that become :class:`~chat_memory.errors.StorageError` when they
+    #: escape a primitive (as :attr:`Store.driver_errors
+    #: <chat_memory.backends.base.Store.driver_errors>`); anything else propagates as itself.
+    driver_errors: ClassVar[DriverErrors] = ()
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        # a driver exception escaping a primitive becomes a StorageError, once, here
+        # a driver exception (driver_errors) escaping a primitive becomes a StorageError, once, here
         for name in (
             "_listing",
             "_read",
@@ -368,9 +373,9 @@ class MemoryFiles(ABC):
             listing = self._listing()
             try:
                 expected, writes = attempt(listing)
-            except _Stale:
-                expected = writes = None
-            if writes is not None and expected is not None:
+            except _Stale:  # the file changed between the listing and the read: list again
+                pass
+            else:
                 self._check_limits(listing, writes)
                 if self._commit(expected, writes):
                     return

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
+from ..backends.failures import stored_data
+from ..backends.redis_io import REDIS_DRIVER_ERRORS
 from .files import FileEntry, FileVersion, MemoryFiles, StoredFile, size_of
 
 _COMMIT = """
@@ -123,6 +125,8 @@ return rev
 class RedisFiles(MemoryFiles):
     """One namespace on the server of a :class:`~chat_memory.backends.redis.RedisStore`."""
 
+    driver_errors = REDIS_DRIVER_ERRORS
+
     def __init__(self, store: Any, namespace: str, **options: Any) -> None:
         super().__init__(namespace, **options)
         self.store = store
@@ -134,17 +138,19 @@ class RedisFiles(MemoryFiles):
     def _listing(self) -> dict[str, FileEntry]:
         found = self.client.hgetall(self._keys[0])
         listing = {}
-        for raw_path, raw in found.items():
-            path = _text(raw_path)
-            revision, content = json.loads(raw)
-            listing[path] = FileEntry(path, size_of(content), revision)
+        with stored_data(f"Redis key {self._keys[0]!r}"):
+            for raw_path, raw in found.items():
+                path = _text(raw_path)
+                revision, content = json.loads(raw)
+                listing[path] = FileEntry(path, size_of(content), revision)
         return listing
 
     def _read(self, path: str) -> StoredFile | None:
         raw = self.client.hget(self._keys[0], path)
         if raw is None:
             return None
-        revision, content = json.loads(raw)
+        with stored_data(f"Redis key {self._keys[0]!r}"):
+            revision, content = json.loads(raw)
         return StoredFile(path, content, revision)
 
     def _commit(self, expected: Mapping[str, int | None], writes: Mapping[str, str | None]) -> bool:
@@ -172,10 +178,13 @@ class RedisFiles(MemoryFiles):
 
     def _versions(self, path: str) -> list[FileVersion]:
         versions = []
-        for raw in self.client.lrange(self._keys[2], 0, -1):
-            logged_path, revision, content, at = json.loads(raw)
-            if logged_path == path:
-                versions.append(FileVersion(path, revision, content, datetime.fromisoformat(at)))
+        with stored_data(f"Redis key {self._keys[2]!r}"):
+            for raw in self.client.lrange(self._keys[2], 0, -1):
+                logged_path, revision, content, at = json.loads(raw)
+                if logged_path == path:
+                    versions.append(
+                        FileVersion(path, revision, content, datetime.fromisoformat(at))
+                    )
         return versions
 
     def _drop(self) -> None:

@@ -19,7 +19,8 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-from ..backends.s3.client import is_conflict, is_missing
+from ..backends.failures import stored_data
+from ..backends.s3.client import S3_DRIVER_ERRORS, is_conflict, is_missing
 from .budget import live_limits_hold, versions_to_keep
 from .files import FileEntry, FileVersion, MemoryFiles, StoredFile
 from .paths import placement_holds
@@ -27,6 +28,8 @@ from .paths import placement_holds
 
 class S3Files(MemoryFiles):
     """One namespace in the bucket of an :class:`~chat_memory.backends.s3.S3Store`."""
+
+    driver_errors = S3_DRIVER_ERRORS
 
     def __init__(self, store: Any, namespace: str, **options: Any) -> None:
         super().__init__(namespace, **options)
@@ -41,10 +44,14 @@ class S3Files(MemoryFiles):
             if is_missing(exc):
                 return {"namespace": self.namespace, "revision": 0, "files": {}, "log": []}, None
             raise
-        return json.loads(response["Body"].read()), response["ETag"]
+        body = response["Body"].read()
+        with stored_data(f"S3 object {self._root}head.json"):
+            head: dict[str, Any] = json.loads(body)
+        return head, response["ETag"]
 
     def _blob(self, key: str) -> str:
-        return self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read().decode("utf-8")
+        body: bytes = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        return body.decode("utf-8")
 
     def _listing(self) -> dict[str, FileEntry]:
         head, _ = self._head()
@@ -174,11 +181,12 @@ class S3Files(MemoryFiles):
         for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
             for item in page.get("Contents", []):
                 if item["Key"].endswith("/head.json"):
-                    head = json.loads(
-                        self.client.get_object(Bucket=self.bucket, Key=item["Key"])["Body"].read()
-                    )
-                    if head["files"]:
-                        names.append(head["namespace"])
+                    response = self.client.get_object(Bucket=self.bucket, Key=item["Key"])
+                    body = response["Body"].read()
+                    with stored_data(f"S3 object {item['Key']}"):
+                        head = json.loads(body)
+                        if head["files"]:
+                            names.append(head["namespace"])
         return sorted(names)
 
 

@@ -9,16 +9,19 @@ SQLite) are retried by the store's own loop."""
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
+from ..backends.sql.engine import SQL_DRIVER_ERRORS
 from ..backends.sql.store import SQLStore
 from .budget import live_limits_hold, versions_to_keep
 from .files import FileEntry, FileVersion, MemoryFiles, StoredFile, size_of
 from .paths import placement_holds
+
+T = TypeVar("T")
 
 
 def _key(text: str) -> str:
@@ -27,6 +30,8 @@ def _key(text: str) -> str:
 
 class SQLFiles(MemoryFiles):
     """One namespace in the tables of a :class:`~chat_memory.backends.sql.SQLStore`."""
+
+    driver_errors = SQL_DRIVER_ERRORS
 
     def __init__(self, store: SQLStore, namespace: str, **options: Any) -> None:
         super().__init__(namespace, **options)
@@ -39,7 +44,7 @@ class SQLFiles(MemoryFiles):
             tables.memory_versions,
         )
 
-    def _run(self, operation: Any, what: str) -> Any:
+    def _run(self, operation: Callable[[], T], what: str) -> T:
         self.store._ready()
         return self.store._retrying(operation, what)
 
@@ -179,12 +184,12 @@ class SQLFiles(MemoryFiles):
                     sa.select(sa.func.coalesce(sa.func.sum(f.c.size), 0)).where(
                         f.c.namespace_key == self._ns_key
                     )
-                ).scalar()
+                ).scalar_one()
                 kept = connection.execute(
                     sa.select(sa.func.coalesce(sa.func.sum(length), 0)).where(
                         log.c.namespace_key == self._ns_key
                     )
-                ).scalar()
+                ).scalar_one()
             return int(live), int(kept)
 
         return self._run(read, "measuring memory files")

@@ -25,9 +25,10 @@ def template_source(name: str) -> dict[str, Any]:
         raise ConfigurationError(
             f"unknown template {name!r}; templates: {', '.join(template_names())}"
         )
-    return json.loads(
+    source: dict[str, Any] = json.loads(
         resources.files(__package__).joinpath(f"{name}.json").read_text(encoding="utf-8")
     )
+    return source
 
 
 __all__ = ["template_names", "template_source"]

@@ -16,7 +16,7 @@ import functools
 import inspect
 import threading
 from collections.abc import Callable, Collection, Coroutine, Sequence
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 from ..aio import AsyncChatMemory
 from ..backends.aio import AsyncStore, ThreadedStore
@@ -30,6 +30,7 @@ from ..backends.base import (
 )
 from ..events import Event
 from ..search import SearchQuery, SearchResult
+from ..tools import AsyncConversationSearchTool, AsyncFetchToolResultTool, ToolOutput
 
 T = TypeVar("T")
 _loop: asyncio.AbstractEventLoop | None = None
@@ -110,26 +111,58 @@ class _CompactingBlockingStore(BlockingStore, CompactsWhileAppending):
         return run_blocking(self.async_store.append_compacting(conversation_id, events, planner))
 
 
+# An async store offers the optional abilities as coroutines of the same names (found by name,
+# see AppendsWithoutWindow and Retracts): these protocols are what blocking_store() looks for.
+@runtime_checkable
+class _AsyncAppendsWithoutWindow(Protocol):
+    async def append_without_window(
+        self, conversation_id: str, events: Sequence[Event]
+    ) -> list[Event]: ...
+
+    async def find_events(
+        self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]
+    ) -> list[Event]: ...
+
+
+@runtime_checkable
+class _AsyncRetracts(Protocol):
+    async def retract(self, conversation_id: str, event_ids: Collection[str]) -> list[Event]: ...
+
+    async def retracted(self, conversation_id: str) -> list[Event]: ...
+
+
 class _AppendsWithoutWindow(AppendsWithoutWindow):
     async_store: AsyncStore
 
+    def _appends(self) -> _AsyncAppendsWithoutWindow:
+        store = self.async_store
+        if not isinstance(store, _AsyncAppendsWithoutWindow):  # blocking_store() checked it
+            raise TypeError(f"{type(store).__name__} has no append_without_window/find_events")
+        return store
+
     def append_without_window(self, conversation_id: str, events: Sequence[Event]) -> list[Event]:
-        return run_blocking(self.async_store.append_without_window(conversation_id, events))  # type: ignore[attr-defined]
+        return run_blocking(self._appends().append_without_window(conversation_id, events))
 
     def find_events(
         self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]
     ) -> list[Event]:
-        return run_blocking(self.async_store.find_events(conversation_id, event_ids, tool_call_ids))  # type: ignore[attr-defined]
+        return run_blocking(self._appends().find_events(conversation_id, event_ids, tool_call_ids))
 
 
 class _Retracts(Retracts):
     async_store: AsyncStore
 
+    def _retracts(self) -> _AsyncRetracts:
+        store = self.async_store
+        if not isinstance(store, _AsyncRetracts):  # blocking_store() checked it
+            raise TypeError(f"{type(store).__name__} has no retract/retracted")
+        return store
+
     def retract(self, conversation_id: str, event_ids: Collection[str]) -> list[Event]:
-        return run_blocking(self.async_store.retract(conversation_id, event_ids))  # type: ignore[attr-defined]
+        return run_blocking(self._retracts().retract(conversation_id, event_ids))
 
     def retracted(self, conversation_id: str) -> list[Event]:
-        return run_blocking(self.async_store.retracted(conversation_id))  # type: ignore[attr-defined]
+        return run_blocking(self._retracts().retracted(conversation_id))
 
 
 def blocking_store(store: AsyncStore) -> BlockingStore:
@@ -139,18 +172,16 @@ def blocking_store(store: AsyncStore) -> BlockingStore:
     bases: list[type] = [
         _CompactingBlockingStore if store.compacts_while_appending else BlockingStore
     ]
-    if all(
-        callable(getattr(store, name, None)) for name in ("append_without_window", "find_events")
-    ):
+    if isinstance(store, _AsyncAppendsWithoutWindow):
         bases.append(_AppendsWithoutWindow)
-    if all(callable(getattr(store, name, None)) for name in ("retract", "retracted")):
+    if isinstance(store, _AsyncRetracts):
         bases.append(_Retracts)
     return _combined(tuple(bases))(store)
 
 
 @functools.cache
 def _combined(bases: tuple[type, ...]) -> type[BlockingStore]:
-    return bases[0] if len(bases) == 1 else type("BlockingStore", bases, {})  # type: ignore[return-value]
+    return bases[0] if len(bases) == 1 else type("BlockingStore", bases, {})
 
 
 class BlockingMemory:
@@ -181,17 +212,17 @@ def _blocking_call(function: Callable[..., Any], *args: Any, **kwargs: Any) -> A
 
 
 class _BlockingTool:
-    def __init__(self, tool: Any) -> None:
+    def __init__(self, tool: AsyncConversationSearchTool | AsyncFetchToolResultTool) -> None:
         self.tool = tool
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.tool, name)
 
-    def run(self, arguments: Any) -> Any:
+    def run(self, arguments: dict[str, Any] | str | None) -> ToolOutput:
         return run_blocking(self.tool.run(arguments))
 
-    def __call__(self, arguments: Any) -> str:
-        return run_blocking(self.tool(arguments))  # type: ignore[no-any-return]
+    def __call__(self, arguments: dict[str, Any] | str | None) -> str:
+        return run_blocking(self.tool(arguments))
 
 
 __all__ = ["BlockingMemory", "BlockingStore", "blocking_store", "run_blocking"]

@@ -75,7 +75,7 @@ def _use(command: str, **arguments: Any) -> dict[str, Any]:
 
 
 def _is(use: dict[str, Any], command: str, path: str) -> bool:
-    given = use.get("input", {})
+    given: dict[str, object] = use.get("input", {})
     return given.get("command") == command and given.get("path") == path
 
 

@@ -11,7 +11,16 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from ...errors import ConfigurationError
+from ..failures import DriverErrors
 from ..urls import redact_url, strip_userinfo
+
+#: What the S3 stores turn into StorageError: botocore's errors (a connection, a timeout, a
+#: bad answer: BotoCoreError; an error the server answered: ClientError) and boto3's own.
+S3_DRIVER_ERRORS: DriverErrors = (
+    "botocore.exceptions:BotoCoreError",
+    "botocore.exceptions:ClientError",
+    "boto3.exceptions:Boto3Error",
+)
 
 #: Codes S3 answers a conditional write with when another writer got there first.
 CONFLICT_CODES = frozenset({"PreconditionFailed", "ConditionalRequestConflict"})

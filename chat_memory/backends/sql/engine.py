@@ -20,6 +20,7 @@ from sqlalchemy.pool import StaticPool
 from chat_memory.backoff import Backoff
 
 from ...errors import ConcurrencyError, ConfigurationError
+from ..failures import DriverErrors
 from ..urls import is_secret_option, redact_message, redact_url
 
 #: Seconds a SQLite connection waits for another process's write lock before reporting "locked".
@@ -28,6 +29,13 @@ SQLITE_BUSY_TIMEOUT = 15.0
 POSTGRES_CONNECT_TIMEOUT = 10
 _BEGIN_OPTION = "chat_memory_begin"
 _PREPARED: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
+#: What the SQL stores turn into StorageError: SQLAlchemy's errors (it wraps the DBAPI's), and
+#: the DBAPI's own, which a connect-time hook (the SQLite tuning below) raises unwrapped.
+SQL_DRIVER_ERRORS: DriverErrors = (
+    "sqlalchemy.exc:SQLAlchemyError",
+    "sqlite3:Error",
+    "psycopg:Error",
+)
 
 # SQLSTATEs (PostgreSQL) and error numbers (MySQL) that mean a concurrent writer got there
 # first; the transaction was rolled back and can simply be run again.
@@ -67,11 +75,13 @@ def split_url_options(url: str, option_names: set[str]) -> tuple[sa.URL, dict[st
     """Parse a SQLAlchemy URL and take out the query options that belong to the store (the
     rest stay in the URL for the driver, e.g. ``connect_timeout``)."""
     parsed = parse_sql_url(url)
-    ours = {name: parsed.query[name] for name in option_names if name in parsed.query}
-    for name, value in ours.items():
+    ours: dict[str, str] = {}
+    for name in option_names & set(parsed.query):
+        value = parsed.query[name]
         if not isinstance(value, str):
             raise ConfigurationError(f"store URL option {name} is given more than once ({value!r})")
-    return parsed.difference_update_query(list(ours)), ours  # type: ignore[return-value]
+        ours[name] = value
+    return parsed.difference_update_query(list(ours)), ours
 
 
 def shown_url(engine: Any) -> str:
@@ -261,5 +271,5 @@ def is_conflict(exc: BaseException) -> bool:
     if code is not None or type(orig).__module__.startswith("sqlite3"):
         message = str(orig).lower()
         return "locked" in message or "busy" in message
-    args = getattr(orig, "args", ())
+    args: tuple[object, ...] = getattr(orig, "args", ())
     return bool(args) and args[0] in _MYSQL_CONFLICTS

@@ -25,6 +25,7 @@ from ..base import (
 )
 from ..declarations import ConnectionField, StoreNode, StoreOption
 from .engine import (
+    SQL_DRIVER_ERRORS,
     Attempts,
     Transactions,
     adopt_engine,
@@ -57,11 +58,14 @@ class SQLStore(AppendsWithoutWindow, CompactsWhileAppending, Retracts, Store):
     """
 
     schemes = ("sqlite", "postgresql", "postgres", "mysql", "mariadb", "mssql", "oracle")
+    async_twin = "chat_memory.backends.sql.aio:AsyncSQLStore"
+    long_term = "chat_memory.longterm.sql:SQLFiles"
     url_options = (
         StoreOption("table_prefix"),
         StoreOption("max_archived_events", int, minimum=0, nullable=True),
     )
     passes_query_to_driver = True
+    driver_errors = SQL_DRIVER_ERRORS
     node = StoreNode(
         "jdbcChatMemory",
         "JDBC Chat Memory",

@@ -13,6 +13,7 @@ from lfx.components.models_and_agents.agent import AgentComponent
 from lfx.io import HandleInput
 
 from ...errors import ConfigurationError
+from ...tools import ConversationSearchTool, FetchToolResultTool
 from ..langchain import ChatMemoryHistory
 from ..langchain.middleware import ChatMemoryMiddleware
 from ..langchain.tools import as_langchain_tool
@@ -51,7 +52,7 @@ class BaseChatMemoryAgentComponent(AgentComponent):
         llm, chat_history, tools = await super().get_agent_requirements()
         history = self.history()
         config = history.memory.config
-        recall = []
+        recall: list[ConversationSearchTool | FetchToolResultTool] = []
         if config.enable_conversation_search_tool:
             recall.append(history.memory.search_tool(history.conversation_id))
         if config.compress_tool_results:
@@ -62,7 +63,7 @@ class BaseChatMemoryAgentComponent(AgentComponent):
         self.tools = tools
         return llm, chat_history, tools
 
-    def _build_middleware(self, llm: Any, *, allow_interrupts: bool = True) -> list:
+    def _build_middleware(self, llm: Any, *, allow_interrupts: bool = True) -> list[Any]:
         history = self.history()
         ours = ChatMemoryMiddleware(history.memory, conversation_id=history.conversation_id)
         return [ours, *super()._build_middleware(llm, allow_interrupts=allow_interrupts)]

@@ -168,14 +168,22 @@ class MemoryToolComponent(Component):
                 f"Chat Memory ({got}) must be a Chat Memory component's Memory output: "
                 f"Storage {SAME_AS_CHAT_MEMORY!r} keeps the notes in its store (or choose another Storage)"
             )
-        return history.memory.store
+        store = history.memory.store
+        if not isinstance(store, Store):
+            raise ConfigurationError(
+                f"Chat Memory's store ({type(store).__name__}) must be a sync store: Storage "
+                f"{SAME_AS_CHAT_MEMORY!r} keeps the notes in it (or choose another Storage)"
+            )
+        return store
 
     def build_tool(self) -> StructuredTool:
         """The ``memory`` tool over this namespace, as a Tool for an agent's Tools."""
         params = self.parameters()
         limits = MemoryLimits(max_file_bytes=params["maxFileBytes"], max_files=params["maxFiles"])
         files = long_term_memory(self.store(params), params[NAMESPACE], limits=limits)
-        return as_langchain_tool(ExampleMemoryTool(files))  # type: ignore[arg-type]
+        # as_langchain_tool is typed for the two recall tools; the memory tool has the same
+        # shape (name, description, input_schema, example, run -> ToolOutput)
+        return as_langchain_tool(ExampleMemoryTool(files))  # type: ignore[arg-type]  # see above
 
     def update_build_config(
         self, build_config: Any, field_value: Any, field_name: str | None = None

@@ -67,7 +67,7 @@ class ScriptedChatModel(BaseChatModel):
     def _llm_type(self) -> str:
         return "chat-memory-scripted"
 
-    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedChatModel:  # type: ignore[override]
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedChatModel:
         """This model with ``tools`` offered to it (Anthropic tool format)."""
         specs = []
         for tool in tools:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from lfx.custom.custom_component.component import Component
 from lfx.io import Output
 
@@ -13,7 +15,7 @@ class ChatMemoryScriptedModelComponent(Component):
     display_name = "Scripted Model (no API key)"
     description = "chat-memory's scripted stand-in model: acknowledges facts and searches the conversation when asked about earlier turns."
     icon = "bot"
-    inputs = []
+    inputs: list[Any] = []
     outputs = [
         Output(
             display_name="Language Model",
