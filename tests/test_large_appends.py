@@ -12,8 +12,9 @@ from typing import Any
 import pytest
 
 from chat_memory import AsyncChatMemory, ChatMemory, Event, MemoryConfig, open_async_store
+from chat_memory.backends import redis_io
 from chat_memory.backends.redis import RedisStore
-from chat_memory.backends.redis_layout import lua
+from chat_memory.backends.redis_sansio import lua
 from chat_memory.errors import StorageError
 from chat_memory.search import SearchQuery
 from chat_memory.testing.blocking import blocking_store
@@ -240,11 +241,11 @@ def test_a_lost_reply_is_retried_into_one_copy(real_redis, monkeypatch, strategy
     store = real_redis
     memory = ChatMemory(store, config_for(strategy), token_counter=fixed_tokens)
     batch = big_batch(10_000, "l")
-    run_script = store._script
+    run_script = redis_io.run_script
     dropped: list[int] = []
 
-    def reply_lost(script: Any, keys: Any, args: Any) -> Any:
-        result = run_script(script, keys, args)
+    def reply_lost(client: Any, script: Any, keys: Any, args: Any) -> Any:
+        result = run_script(client, script, keys, args)
         if script == lua("append") and not dropped:
             dropped.append(1)
             import redis
@@ -252,7 +253,7 @@ def test_a_lost_reply_is_retried_into_one_copy(real_redis, monkeypatch, strategy
             raise redis.ConnectionError("connection dropped before the reply")
         return result
 
-    monkeypatch.setattr(store, "_script", reply_lost)
+    monkeypatch.setattr(redis_io, "run_script", reply_lost)
     with pytest.raises(StorageError, match="connection dropped"):
         memory.add("lost", batch)
     assert [e.seq for e in memory.history("lost")] == list(range(1, 10_001))

@@ -290,7 +290,7 @@ def test_secret_query_options_still_reach_the_driver(postgres_server):
 
 
 def test_async_sql_store_repr_shows_no_password_nor_secret_option():
-    from chat_memory.backends.sql.async_store import AsyncSQLStore
+    from chat_memory.backends.sql.aio import AsyncSQLStore
 
     store = AsyncSQLStore.from_url(
         f"postgresql://u:{PG_PASSWORD}@127.0.0.1:1/db?password=OptSecret1&table_prefix=t_"

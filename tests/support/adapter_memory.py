@@ -16,7 +16,7 @@ import pytest
 from chat_memory import AsyncChatMemory, ChatMemory, MemoryConfig
 from chat_memory.backends.aio import AsyncStore
 from chat_memory.backends.redis import RedisStore
-from chat_memory.backends.redis_async import AsyncRedisStore
+from chat_memory.backends.redis_aio import AsyncRedisStore
 from chat_memory.backends.sql import AsyncSQLStore, SQLStore
 
 KINDS = ["sync", "async"]
