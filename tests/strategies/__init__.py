@@ -1,0 +1,1 @@
+"""Tests of the compaction strategies, one file per strategy and one for their shared cut rules."""
