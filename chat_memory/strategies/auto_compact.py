@@ -3,6 +3,7 @@ window, then fold everything before the newest turn into one summary."""
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 from ..errors import ConfigurationError
@@ -37,7 +38,8 @@ class AutoCompact(Strategy):
     @property
     def threshold(self) -> int:
         """The window tokens above which it compacts."""
-        return int(self.config.compact_at_ratio * self.config.context_window_tokens)
+        # the epsilon keeps 0.29 × 100 at 29 despite binary floating point
+        return math.floor(self.config.compact_at_ratio * self.config.context_window_tokens + 1e-9)
 
     def plan(self, window: Window) -> Cut | None:
         if window.tokens() <= self.threshold:
@@ -45,7 +47,16 @@ class AutoCompact(Strategy):
         starts = turn_starts(window.active)
         if len(starts) < 2:
             return None
-        return choose_cut(window.active, starts[-1])
+        # how many leading events must go for the window to be under the threshold: a cut that
+        # keeps every tool pair and gets there beats one at the newest turn that splits a pair
+        over = window.tokens() - self.threshold
+        within = 0
+        for event in window.active:
+            if over <= 0:
+                break
+            over -= event.tokens or 0
+            within += 1
+        return choose_cut(window.active, starts[-1], within=within)
 
     def pressure(self, window: Window) -> float:
         return window.tokens() / max(1, self.threshold)

@@ -130,16 +130,6 @@ def test_a_pending_call_in_the_turn_before_the_newest_keeps_its_turn():
     assert seqs(cut.kept) == [3, 4, 5]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="AutoCompact.plan calls choose_cut(active, starts[-1]) without within=: when the "
-    "newest turn start is inside a tool pair and the only safe cut lies before the "
-    "second-newest turn start, choose_cut takes the bound's last resort and cuts at the "
-    "second-newest turn start, archiving call c1 while its late result stays, although the "
-    "safe cut (archiving u0 alone) keeps every pair and already brings the window under the "
-    "threshold; docs/tool-pairs.md splits a pair only when no pair-keeping cut brings the "
-    "window within its limit or down to the newest two turns",
-)
 def test_a_pair_is_split_only_when_no_cut_keeping_pairs_gets_under_the_threshold():
     # 54 tokens over 50; u1 is the only safe cut (u2 and u3 are inside the pairs c1 and c2),
     # and the window from u1 on is 14 tokens
@@ -228,14 +218,6 @@ def test_a_compact_at_ratio_outside_zero_to_one_is_refused(ratio):
         MemoryConfig(compaction_strategy="auto_compact", compact_at_ratio=ratio)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="AutoCompact.threshold is int(compact_at_ratio * context_window_tokens), which "
-    "truncates a product that binary floating point puts just under its exact value (0.29 × 100 "
-    "= 28.999999999999996, 0.57 × 100 = 56.99999999999999): the threshold is one token low, so "
-    "a window of exactly ratio × tokens is compacted although it is not over it "
-    "(compact_target in base.py guards the same kind of product with an epsilon)",
-)
 @pytest.mark.parametrize(("tokens", "ratio", "threshold"), [(100, 0.29, 29), (100, 0.57, 57)])
 def test_the_threshold_survives_binary_floating_point(tokens, ratio, threshold):
     strategy = auto_compact(tokens, ratio)

@@ -356,8 +356,7 @@ def assert_follows_the_rules(w: Window, cut: Cut, strategy: Strategy) -> None:
             continue
         if call_id not in answered or call_id in kept_results:
             assert is_superseded(starts, i), f"{call_id} archived in its grace turns"
-        if call_id in kept_results and strategy.name != "auto_compact":
-            # auto_compact breaks this clause: see its xfail test in test_auto_compact.py
+        if call_id in kept_results:
             for s in safe_cuts(active):
                 rest = Window(pinned=w.pinned, summary=w.summary, active=active[s:])
                 assert strategy.plan(rest) is not None, f"{call_id} split; the safe cut {s} does"
