@@ -10,7 +10,7 @@ from .aio import AsyncChatMemory
 from .backends import open_store
 from .backends.aio import AsyncStore, ThreadedStore, open_async_store
 from .backends.base import Store
-from .compaction import CompactionRecord, CompactionResult, with_overflow_retry
+from .compaction import CompactionRecord, CompactionResult
 from .config import MemoryConfig, SummaryPlacement
 from .engine import ChatMemory, MemoryStats
 from .errors import (
@@ -27,6 +27,7 @@ from .errors import (
     is_context_overflow,
 )
 from .events import Event, EventType
+from .overflow import with_overflow_retry
 from .render import to_anthropic, to_openai
 from .search import SearchHit, SearchPage
 from .summarizer import AnthropicSummarizer, AsyncAnthropicSummarizer, Summarizer

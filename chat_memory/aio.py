@@ -1,6 +1,6 @@
 """AsyncChatMemory: :class:`~chat_memory.ChatMemory` for asyncio. Every method is a
 coroutine with the same arguments, results and guarantees; the decisions are the very same
-code (:mod:`chat_memory.core`, driven by :func:`chat_memory.steps.arun`), only the store and
+code (:mod:`chat_memory.decisions`, driven by :func:`chat_memory.steps.arun`), only the store and
 the summarizer are awaited. See docs/async.md."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from .backends.base import Store, check_conversation_id
 from .compaction import CompactionRecord, CompactionResult
 from .compression import compress_window
 from .config import MemoryConfig
-from .core import MemoryCore, MemoryStats
+from .decisions import MemoryDecisions, MemoryStats
 from .errors import ConfigurationError
 from .events import Event
 from .render import to_anthropic, to_openai
@@ -48,12 +48,12 @@ class AsyncChatMemory:
             raise ConfigurationError(
                 f"store ({store!r}) must be an AsyncStore (open_async_store(url)) or a Store"
             )
-        self._core = MemoryCore(config, summarizer, token_counter)
+        self._decisions = MemoryDecisions(config, summarizer, token_counter, asynchronous=True)
         self.store = store
-        self.config = self._core.config
-        self.summarizer = self._core.summarizer
-        self.strategy = self._core.strategy
-        self.token_counter = self._core.token_counter
+        self.config = self._decisions.config
+        self.summarizer = self._decisions.summarizer
+        self.strategy = self._decisions.strategy
+        self.token_counter = self._decisions.token_counter
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -66,31 +66,31 @@ class AsyncChatMemory:
             for name in ("append_without_window", "find_events")
         )
         return await arun(
-            self._core.add(conversation_id, events, self.store.compacts_while_appending, lean),
+            self._decisions.add(conversation_id, events, self.store.compacts_while_appending, lean),
             self.store,
         )
 
     async def compact(self, conversation_id: str, force: bool = False) -> CompactionResult:
         """:meth:`ChatMemory.compact <chat_memory.ChatMemory.compact>`: run the strategy now;
         with ``force``, archive every turn but the newest (the overflow safety net)."""
-        return await arun(self._core.compact(conversation_id, force), self.store)
+        return await arun(self._decisions.compact(conversation_id, force), self.store)
 
     async def compactions(self, conversation_id: str) -> list[CompactionRecord]:
         """The conversation's newest compactions (50 at most), oldest first."""
-        return await arun(self._core.compactions(conversation_id), self.store)
+        return await arun(self._decisions.compactions(conversation_id), self.store)
 
     async def retract(self, conversation_id: str, event_ids: Iterable[str]) -> list[Event]:
         """:meth:`ChatMemory.retract <chat_memory.ChatMemory.retract>`: take events back
         atomically (a tool call with its result); returns them, oldest first."""
         return await arun(
-            self._core.retract(conversation_id, event_ids, _retracts(self.store)), self.store
+            self._decisions.retract(conversation_id, event_ids, _retracts(self.store)), self.store
         )
 
     async def rewind(self, conversation_id: str, seq: int) -> list[Event]:
         """:meth:`ChatMemory.rewind <chat_memory.ChatMemory.rewind>`: retract every real event
         after ``seq``."""
         return await arun(
-            self._core.rewind(conversation_id, seq, _retracts(self.store)), self.store
+            self._decisions.rewind(conversation_id, seq, _retracts(self.store)), self.store
         )
 
     async def clear(self, conversation_id: str) -> None:
@@ -101,13 +101,13 @@ class AsyncChatMemory:
 
     async def window(self, conversation_id: str) -> list[Event]:
         """What the model sees now: pinned system events, the summary, the active events."""
-        return await arun(self._core.window(conversation_id), self.store)
+        return await arun(self._decisions.window(conversation_id), self.store)
 
     async def history(self, conversation_id: str, include_retracted: bool = False) -> list[Event]:
         """Every stored event, archived included, oldest first; retracted ones only with
         ``include_retracted`` (marked)."""
         return await arun(
-            self._core.history(conversation_id, include_retracted, _retracts(self.store)),
+            self._decisions.history(conversation_id, include_retracted, _retracts(self.store)),
             self.store,
         )
 
@@ -124,12 +124,12 @@ class AsyncChatMemory:
         case-insensitive search over the whole conversation, oldest match first."""
         return await self.run_search(
             conversation_id,
-            self._core.query(keyword, page, match_mode, page_size, include_recall_tools),
+            self._decisions.query(keyword, page, match_mode, page_size, include_recall_tools),
         )
 
     async def run_search(self, conversation_id: str, query: SearchQuery) -> SearchPage:
         """Run an already validated query and page its results."""
-        return await arun(self._core.run_search(conversation_id, query), self.store)
+        return await arun(self._decisions.run_search(conversation_id, query), self.store)
 
     def search_tool(self, conversation_id: str) -> AsyncConversationSearchTool:
         """The ``conversation_search`` tool bound to one conversation; ``await tool(arguments)``."""
@@ -145,7 +145,9 @@ class AsyncChatMemory:
 
     async def fetch_tool_result(self, conversation_id: str, tool_call_id: str) -> Event | None:
         """The stored (full) result of the tool call ``tool_call_id``, archived or not (None: none)."""
-        return await arun(self._core.fetch_tool_result(conversation_id, tool_call_id), self.store)
+        return await arun(
+            self._decisions.fetch_tool_result(conversation_id, tool_call_id), self.store
+        )
 
     async def model_window(self, conversation_id: str) -> list[Event]:
         """:meth:`window` with large tool results already read replaced by stubs when
@@ -169,7 +171,7 @@ class AsyncChatMemory:
 
     async def stats(self, conversation_id: str) -> MemoryStats:
         """Counts of the window and archive, the version, and the last compaction error."""
-        return await arun(self._core.stats(conversation_id), self.store)
+        return await arun(self._decisions.stats(conversation_id), self.store)
 
     async def aclose(self) -> None:
         """Close the store."""

@@ -3,14 +3,16 @@ as a compare-and-swap, and keep a record of what was done.
 
 The safety nets live here:
 
-- a summarizer that fails ``summarizer_failures_before_fallback`` times in a row, or while
-  the window is over twice its limit, or that cannot work at all (no API key, unknown
-  model), no longer holds the window hostage: the compaction archives without a new
-  summary. The previous summary stays, followed by a note of the gap in plain words (the
-  summarizer's error goes to the log, ``stats()`` and the compaction record, never into the
-  model's window); the archived events stay searchable, and the next summary that succeeds
-  is written from the last real summary (never the note) plus the gap's events, each sent
-  once, with the gap's range;
+- a summarizer that fails ``summarizer_failures_before_fallback`` times in a row (counted
+  in the store beside the compaction error, :attr:`Snapshot.compaction_failures`, so every
+  worker, every new ``ChatMemory`` and a restarted process agree), or fails again while an
+  earlier fallback's gap is still unsummarized, or while the window is over twice its limit,
+  or that cannot work at all (no API key, unknown model), no longer holds the window
+  hostage: the compaction archives without a new summary. The previous summary stays,
+  followed by a note of the gap in plain words (the summarizer's error goes to the log,
+  ``stats()`` and the compaction record, never into the model's window); the archived
+  events stay searchable, and the next summary that succeeds is written from the last real
+  summary (never the note) plus the gap's events, each sent once, with the gap's range;
 - a forced compaction (``compact(force=True)``, the overflow safety net) archives every turn
   but the newest whatever the strategy's limit says, with a summary when the strategy
   summarises (falling back as above) and otherwise a short stub that says how many events
@@ -22,24 +24,21 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections import OrderedDict
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, TypeVar
+from typing import Any
 
+from . import steps
 from .backends.base import CompactionPlan, Snapshot
 from .backoff import Backoff
 from .config import MemoryConfig
 from .errors import (
     ConcurrencyError,
     ConfigurationError,
-    ContextOverflowError,
     SummarizerError,
-    is_context_overflow,
 )
 from .events import Event, EventType
-from .steps import Sleep, Steps, Summarize, arun_memory, call, run
+from .steps import Sleep, Steps
 from .strategies import Cut, Strategy
 from .summarizer import Summarizer
 from .summary_state import archive_tally as _archive_tally
@@ -54,8 +53,6 @@ COMPACTION_RETRIES = Backoff(attempts=24, base=0.002, cap=0.1)
 #: A summarizing strategy whose window is this many times over its limit falls back at the
 #: first failed summary.
 FALLBACK_PRESSURE = 2.0
-#: Conversations whose consecutive summarizer failures one ChatMemory remembers.
-_FAILURE_MEMORY = 4096
 
 
 @dataclass(frozen=True)
@@ -126,7 +123,6 @@ class Compactor:
         self.strategy = strategy
         self.summarizer = summarizer
         self.token_counter = token_counter
-        self._failures: OrderedDict[str, int] = OrderedDict()
         #: set when the summarizer cannot work at all (a ConfigurationError): no more calls
         self._unusable: ConfigurationError | None = None
 
@@ -166,8 +162,8 @@ class Compactor:
                         else self.strategy.plan(snapshot.window)
                     )
                 if cut is None:
-                    if snapshot.compaction_error is not None:
-                        yield from call("record_compaction_error", cid, None)
+                    if snapshot.compaction_error is not None or snapshot.compaction_failures:
+                        yield from steps.record_compaction_error(cid, None)
                     return CompactionResult(self.strategy.name, attempts=attempt, forced=force)
                 summary, record = yield from self._summary(cid, snapshot, cut, force)
                 planned = (cut, summary, record)
@@ -181,15 +177,15 @@ class Compactor:
                 head = current_head
             else:
                 plan = dataclasses.replace(plan, expected_version=snapshot.version)
-            if (yield from call("apply", cid, plan)):
+            if (yield from steps.apply(cid, plan)):
                 assert planned is not None
                 done_cut, summary, record = planned
                 if record.fallback and record.reason is not None:
-                    # the apply cleared the error; the summarizer is still failing: say so
-                    yield from call(
-                        "record_compaction_error",
-                        cid,
-                        f"{record.reason} (archived without a new summary)",
+                    # the apply cleared the error (and the count); the summarizer is still
+                    # failing: say so. The gap note now in the window keeps the next failure
+                    # falling back at once (_gap_open) until a summary succeeds.
+                    yield from steps.record_compaction_error(
+                        cid, f"{record.reason} (archived without a new summary)"
                     )
                 return CompactionResult(
                     self.strategy.name,
@@ -202,7 +198,7 @@ class Compactor:
                     record=record,
                 )
             yield Sleep(pause)
-            snapshot = yield from call("load", cid)
+            snapshot = yield from steps.load(cid)
         raise ConcurrencyError(
             f"compaction of conversation {cid!r} lost {COMPACTION_RETRIES.attempts} compare-and-swap races in a row"
         )
@@ -234,17 +230,22 @@ class Compactor:
                 )
                 self._unusable = exc
             except SummarizerError as exc:
-                failures = self._failed(cid)
+                # this failure and those the store counted since the last applied compaction
+                # (the caller records this one when it raises: see MemoryCore.add)
+                failures = snapshot.compaction_failures + 1
+                due = failures >= self.config.summarizer_failures_before_fallback
+                # an earlier fallback's gap still open: no summary has worked since
+                still_down = _gap_open(snapshot)
                 over = self.strategy.pressure(snapshot.window) > FALLBACK_PRESSURE
-                if not (
-                    force or over or failures >= self.config.summarizer_failures_before_fallback
-                ):
+                if not (force or over or due or still_down):
                     raise
                 reason = f"{type(exc).__name__}: {exc}"
-                attempts = "once" if failures == 1 else f"{failures} times in a row"
-                stub = self._gap_summary(
-                    snapshot, cut, f"the summarizer was unavailable: it failed {attempts}"
-                )
+                if still_down and not due:
+                    why = "the summarizer was still unavailable"
+                else:
+                    attempts = "once" if failures == 1 else f"{failures} times in a row"
+                    why = f"the summarizer was unavailable: it failed {attempts}"
+                stub = self._gap_summary(snapshot, cut, why)
                 record = self._record(
                     snapshot,
                     cut,
@@ -256,7 +257,6 @@ class Compactor:
                 )
                 return stub, record
             else:
-                self._failures.pop(cid, None)
                 seconds = round(time.monotonic() - started, 3)
                 return summary, self._record(
                     snapshot, cut, summary, forced=force, summarizer=model, seconds=seconds
@@ -281,8 +281,8 @@ class Compactor:
         if isinstance(gap_from, int):
             first_cut = cut.archived[0].seq or 0
             unsummarized = {
-                e.seq: e
-                for e in (yield from call("history", cid))
+                e.seq or 0: e
+                for e in (yield from steps.history(cid))
                 if e.archived and e.type in _REAL and gap_from <= (e.seq or 0) < first_cut
             }
             missed = [unsummarized[seq] for seq in sorted(unsummarized)]
@@ -290,7 +290,9 @@ class Compactor:
                 gap = (missed[0].seq or 0, missed[-1].seq or 0)
             events = [*missed, *events]
         upcoming = self.strategy.upcoming(cut)
-        text = yield Summarize(self.summarizer, real_summary_text(previous), events, upcoming, gap)
+        text = yield from steps.summarize(
+            self.summarizer, real_summary_text(previous), events, upcoming, gap
+        )
         earlier = int(previous.metadata.get("summarized_events", 0)) if previous else 0
         metadata = {
             "summarized_through_seq": cut.through_seq,
@@ -325,13 +327,6 @@ class Compactor:
         )
         stub = Event.summary(f"{body}\n\n{note}" if body else note, metadata=metadata)
         return stub.model_copy(update={"tokens": count_event_tokens(stub, self.token_counter)})
-
-    def _failed(self, cid: str) -> int:
-        count = self._failures.pop(cid, 0) + 1
-        self._failures[cid] = count
-        while len(self._failures) > _FAILURE_MEMORY:
-            self._failures.popitem(last=False)
-        return count
 
     def _record(
         self,
@@ -373,6 +368,13 @@ def _model_name(summarizer: Summarizer) -> str:
     return model if isinstance(model, str) else type(summarizer).__name__
 
 
+def _gap_open(snapshot: Snapshot) -> bool:
+    """True when the window's summary ends with a gap note: a compaction fell back and no
+    summary has succeeded since (the apply that wrote the note reset the store's count)."""
+    summary = snapshot.window.summary
+    return summary is not None and isinstance(summary.metadata.get("unsummarized_from_seq"), int)
+
+
 def _head(snapshot: Snapshot) -> tuple[str | None, str | None]:
     """What a compaction depends on: which event the active window starts with and which
     summary is current (event ids, so a clear and re-add cannot look unchanged)."""
@@ -381,80 +383,9 @@ def _head(snapshot: Snapshot) -> tuple[str | None, str | None]:
     return (active[0].id if active else None, summary.id if summary else None)
 
 
-T = TypeVar("T")
-
-
-def with_overflow_retry(memory: Any, conversation_id: str, send: Callable[[], T]) -> T:
-    """The overflow safety net: call ``send`` (which renders the window and calls the model);
-    when the model answers that the prompt is too long (:func:`is_context_overflow`), compact
-    the conversation by force (``memory.compact(conversation_id, force=True)``) and call it
-    once more. A second overflow is a :class:`ContextOverflowError` naming the conversation
-    and the window sizes before and after."""
-    try:
-        return send()
-    except Exception as first:
-        if not is_context_overflow(first):
-            raise
-        before = run(_compact_after_overflow(conversation_id, first), memory)
-    try:
-        return send()
-    except Exception as second:
-        if not is_context_overflow(second):
-            raise
-        raise run(_overflowed_twice(conversation_id, before, second), memory) from second
-
-
-async def awith_overflow_retry(
-    memory: Any, conversation_id: str, send: Callable[[], Awaitable[T]]
-) -> T:
-    """:func:`with_overflow_retry` for a coroutine ``send``. ``memory`` is an
-    :class:`~chat_memory.AsyncChatMemory` (awaited) or a :class:`~chat_memory.ChatMemory`
-    (its calls run in a worker thread)."""
-    try:
-        return await send()
-    except Exception as first:
-        if not is_context_overflow(first):
-            raise
-        before = await arun_memory(_compact_after_overflow(conversation_id, first), memory)
-    try:
-        return await send()
-    except Exception as second:
-        if not is_context_overflow(second):
-            raise
-        raise await arun_memory(
-            _overflowed_twice(conversation_id, before, second), memory
-        ) from second
-
-
-def _compact_after_overflow(conversation_id: str, error: BaseException) -> Steps[int]:
-    """Force a compaction after the model refused the request; the window tokens before it."""
-    before: int = (yield from call("stats", conversation_id)).window_tokens
-    result = yield from call("compact", conversation_id, True)
-    log.warning(
-        "chat-memory: the model refused %r as too long (%s); a forced compaction archived %d events",
-        conversation_id,
-        error,
-        result.archived_events,
-    )
-    return before
-
-
-def _overflowed_twice(
-    conversation_id: str, before: int, error: BaseException
-) -> Steps[ContextOverflowError]:
-    after = (yield from call("stats", conversation_id)).window_tokens
-    return ContextOverflowError(
-        f"the model refused conversation {conversation_id!r} as longer than its context window twice: "
-        f"first with {before} window tokens, then, after a forced compaction, with {after} "
-        f"(the newest turn alone is too long, or the system prompt and tools are): {error}"
-    )
-
-
 __all__ = [
     "COMPACTION_RETRIES",
     "CompactionRecord",
     "CompactionResult",
     "Compactor",
-    "awith_overflow_retry",
-    "with_overflow_retry",
 ]

@@ -1,6 +1,6 @@
 """ChatMemory: the engine. ``add`` appends atomically and compacts when a limit is exceeded
 (plan with the strategy, summarise if needed, apply as compare-and-swap); the rest reads.
-Every decision lives in :mod:`chat_memory.core`, shared with :class:`~chat_memory.AsyncChatMemory`."""
+Every decision lives in :mod:`chat_memory.decisions`, shared with :class:`~chat_memory.AsyncChatMemory`."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from .backends.base import CompactsWhileAppending, Store, check_conversation_id
 from .compaction import CompactionRecord, CompactionResult
 from .compression import compress_window
 from .config import MemoryConfig
-from .core import MemoryCore, MemoryStats
+from .decisions import MemoryDecisions, MemoryStats
 from .events import Event
 from .render import to_anthropic, to_openai
 from .search import SearchPage, SearchQuery
@@ -25,6 +25,10 @@ class ChatMemory:
     """Chat memory over a store: an append-only event log, a bounded window, an archive,
     and a search over everything.
 
+    The summarizer is sync (``AnthropicSummarizer``, a function): an ``async def`` one is
+    refused when the memory is built (:class:`ConfigurationError`); it needs
+    :class:`~chat_memory.AsyncChatMemory`.
+
     >>> memory = ChatMemory(open_store("memory://"), MemoryConfig(compaction_strategy="turn_window", max_turns=3))
     >>> memory.add("conv-1", [Event.user("Hi"), Event.assistant("Hello")])
     """
@@ -36,12 +40,12 @@ class ChatMemory:
         summarizer: Summarizer | Any = None,
         token_counter: TokenCounter | None = None,
     ) -> None:
-        self._core = MemoryCore(config, summarizer, token_counter)
+        self._decisions = MemoryDecisions(config, summarizer, token_counter, asynchronous=False)
         self.store = store
-        self.config = self._core.config
-        self.summarizer = self._core.summarizer
-        self.strategy = self._core.strategy
-        self.token_counter = self._core.token_counter
+        self.config = self._decisions.config
+        self.summarizer = self._decisions.summarizer
+        self.strategy = self._decisions.strategy
+        self.token_counter = self._decisions.token_counter
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -63,7 +67,7 @@ class ChatMemory:
             callable(getattr(self.store, name, None))
             for name in ("append_without_window", "find_events")
         )
-        return run(self._core.add(conversation_id, events, compacting, lean), self.store)
+        return run(self._decisions.add(conversation_id, events, compacting, lean), self.store)
 
     def compact(self, conversation_id: str, force: bool = False) -> CompactionResult:
         """Run the strategy now (the "Compact" button); raises when the summarizer or the
@@ -72,12 +76,12 @@ class ChatMemory:
         (archiving under a note of the gap if the summarizer fails), otherwise under a short
         stub summary saying how many events were archived and that ``conversation_search``
         reaches them."""
-        return run(self._core.compact(conversation_id, force), self.store)
+        return run(self._decisions.compact(conversation_id, force), self.store)
 
     def compactions(self, conversation_id: str) -> list[CompactionRecord]:
         """The conversation's newest compactions (50 at most), oldest first: strategy, events
         archived, tokens before and after, summarizer and its latency, fallback or not."""
-        return run(self._core.compactions(conversation_id), self.store)
+        return run(self._decisions.compactions(conversation_id), self.store)
 
     def retract(self, conversation_id: str, event_ids: Iterable[str]) -> list[Event]:
         """Take events back, atomically: they leave :meth:`window`, :meth:`model_window`,
@@ -89,13 +93,13 @@ class ChatMemory:
         An id naming a pinned system event or a summary raises :class:`InvalidInputError`
         and nothing is written. seq numbers are never reused. See docs/retraction.md."""
         return run(
-            self._core.retract(conversation_id, event_ids, _retracts(self.store)), self.store
+            self._decisions.retract(conversation_id, event_ids, _retracts(self.store)), self.store
         )
 
     def rewind(self, conversation_id: str, seq: int) -> list[Event]:
         """Retract every real event with a seq greater than ``seq`` (edit-and-resend, undo;
         0 retracts them all). Returns what was retracted, oldest first (see :meth:`retract`)."""
-        return run(self._core.rewind(conversation_id, seq, _retracts(self.store)), self.store)
+        return run(self._decisions.rewind(conversation_id, seq, _retracts(self.store)), self.store)
 
     def clear(self, conversation_id: str) -> None:
         """Delete the conversation: window, summary, archive and retracted events."""
@@ -105,13 +109,13 @@ class ChatMemory:
 
     def window(self, conversation_id: str) -> list[Event]:
         """What the model sees now: pinned system events, the summary, the active events."""
-        return run(self._core.window(conversation_id), self.store)
+        return run(self._decisions.window(conversation_id), self.store)
 
     def history(self, conversation_id: str, include_retracted: bool = False) -> list[Event]:
         """Every stored event, archived included, oldest first; retracted events only with
         ``include_retracted`` (marked ``retracted=True``, in seq order)."""
         return run(
-            self._core.history(conversation_id, include_retracted, _retracts(self.store)),
+            self._decisions.history(conversation_id, include_retracted, _retracts(self.store)),
             self.store,
         )
 
@@ -130,12 +134,12 @@ class ChatMemory:
         ``include_recall_tools``."""
         return self.run_search(
             conversation_id,
-            self._core.query(keyword, page, match_mode, page_size, include_recall_tools),
+            self._decisions.query(keyword, page, match_mode, page_size, include_recall_tools),
         )
 
     def run_search(self, conversation_id: str, query: SearchQuery) -> SearchPage:
         """Run an already validated query and page its results."""
-        return run(self._core.run_search(conversation_id, query), self.store)
+        return run(self._decisions.run_search(conversation_id, query), self.store)
 
     def search_tool(self, conversation_id: str) -> ConversationSearchTool:
         """The ``conversation_search`` tool bound to one conversation."""
@@ -152,7 +156,7 @@ class ChatMemory:
         """The stored (full) result of the tool call ``tool_call_id``, archived or not; the
         newest when there are several; None when there is none. Reads the window first and
         the history only for results no longer in view."""
-        return run(self._core.fetch_tool_result(conversation_id, tool_call_id), self.store)
+        return run(self._decisions.fetch_tool_result(conversation_id, tool_call_id), self.store)
 
     def model_window(self, conversation_id: str) -> list[Event]:
         """The window as the model is shown it: :meth:`window` with large tool results it has
@@ -179,7 +183,7 @@ class ChatMemory:
 
     def stats(self, conversation_id: str) -> MemoryStats:
         """Counts of the window and archive, the version, and the last compaction error."""
-        return run(self._core.stats(conversation_id), self.store)
+        return run(self._decisions.stats(conversation_id), self.store)
 
 
 def _retracts(store: Any) -> bool:

@@ -1,33 +1,61 @@
 """The engine's decisions as steps that do no I/O themselves (sans-I/O), so that one copy of
 them drives a sync store (:func:`run`) and an async one (:func:`arun`).
 
-A step function is a generator: it yields what it needs done (:class:`StoreCall`,
-:class:`Summarize`, :class:`Sleep`), receives the answer (or has the error thrown into it
-at the ``yield``, so its ``try``/``except`` work as in plain code) and returns its value.
+A step function is a generator: it yields what it needs done (a :data:`Step`: a
+:class:`StoreCall`, :class:`Summarize` or :class:`Sleep`), receives the answer (or has the
+error thrown into it at the ``yield``, so its ``try``/``except`` work as in plain code) and
+returns its value. ``Steps[T]`` is such a generator returning ``T``.
+
+The store operations are typed step functions mirroring the :class:`~chat_memory.Store`
+protocol and its abilities (``snapshot = yield from steps.load(cid)`` is a ``Snapshot``), each
+built by :func:`store_call` from the protocol's own method (``Store.load``), so a wrong
+argument, a wrong result type or a renamed method is a type error, not a failing test. An
+async store has the same methods as coroutines (``tests/test_architecture.py`` checks it);
+:func:`arun` awaits them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import inspect
 import time
-from collections.abc import Generator
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import Callable, Collection, Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
+from .backends.base import (
+    AppendsWithoutWindow,
+    CompactionPlan,
+    CompactsWhileAppending,
+    Retracts,
+    Snapshot,
+    Store,
+)
 from .events import Event
+from .search import SearchQuery, SearchResult
 from .summarizer import Summarizer, arun_summarizer, run_summarizer
 
+if TYPE_CHECKING:
+    from .backends.aio import AsyncStore
+
 T = TypeVar("T")
+R = TypeVar("R")
+P = ParamSpec("P")
 
 
 @dataclass(frozen=True)
 class StoreCall:
-    """Call ``store.<method>(*args)`` (the same method names on a sync and an async store; a
-    ``ChatMemory`` and an ``AsyncChatMemory`` serve as the target too, see :func:`arun_memory`)."""
+    """Call the store's method of the same name as ``method``, a method of the store protocol
+    itself (``Store.load``, ``Retracts.retract``; a store's own I/O method for its internals),
+    never a free string. Built by :func:`store_call`, which checks the arguments against it."""
 
-    method: str
+    method: Callable[..., Any]
     args: tuple[Any, ...]
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        """The method's name, looked up on the store (sync or async)."""
+        return self.method.__name__
 
 
 @dataclass(frozen=True)
@@ -49,23 +77,149 @@ class Sleep:
     seconds: float
 
 
+#: Everything a step may ask for (a closed set: the drivers handle each).
 Step = StoreCall | Summarize | Sleep
 Steps = Generator[Step, Any, T]
 
 
-def call(method: str, *args: Any) -> Generator[Step, Any, Any]:
-    """``result = yield from call("load", cid)``: one store call as a step."""
-    return (yield StoreCall(method, args))
+def store_call(
+    method: Callable[Concatenate[Any, P], R], /, *args: P.args, **kwargs: P.kwargs
+) -> Steps[R]:
+    """``result = yield from store_call(Store.load, cid)``: one call of the store's ``method``
+    as a step, its arguments and its result typed after ``method``."""
+    result: R = yield StoreCall(method, args, kwargs)
+    return result
 
 
-def run(steps: Steps[T], store: Any) -> T:
+# -- the store operations the engine uses, as typed steps -----------------------------------
+
+
+def load(conversation_id: str) -> Steps[Snapshot]:
+    """:meth:`Store.load <chat_memory.Store.load>` as a step."""
+    return store_call(Store.load, conversation_id)
+
+
+def append(conversation_id: str, events: Sequence[Event]) -> Steps[Snapshot]:
+    """:meth:`Store.append <chat_memory.Store.append>` as a step."""
+    return store_call(Store.append, conversation_id, events)
+
+
+def append_compacting(
+    conversation_id: str,
+    events: Sequence[Event],
+    planner: Callable[[Snapshot], CompactionPlan | None],
+) -> Steps[tuple[Snapshot, bool]]:
+    """:meth:`CompactsWhileAppending.append_compacting
+    <chat_memory.backends.base.CompactsWhileAppending.append_compacting>` as a step."""
+    return store_call(CompactsWhileAppending.append_compacting, conversation_id, events, planner)
+
+
+def append_without_window(conversation_id: str, events: Sequence[Event]) -> Steps[list[Event]]:
+    """:meth:`AppendsWithoutWindow.append_without_window
+    <chat_memory.backends.base.AppendsWithoutWindow.append_without_window>` as a step."""
+    return store_call(AppendsWithoutWindow.append_without_window, conversation_id, events)
+
+
+def find_events(
+    conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]
+) -> Steps[list[Event]]:
+    """:meth:`AppendsWithoutWindow.find_events
+    <chat_memory.backends.base.AppendsWithoutWindow.find_events>` as a step."""
+    return store_call(AppendsWithoutWindow.find_events, conversation_id, event_ids, tool_call_ids)
+
+
+def apply(conversation_id: str, plan: CompactionPlan) -> Steps[bool]:
+    """:meth:`Store.apply <chat_memory.Store.apply>` as a step."""
+    return store_call(Store.apply, conversation_id, plan)
+
+
+def history(conversation_id: str) -> Steps[list[Event]]:
+    """:meth:`Store.history <chat_memory.Store.history>` as a step."""
+    return store_call(Store.history, conversation_id)
+
+
+def find_tool_events(conversation_id: str, tool_call_ids: Collection[str]) -> Steps[list[Event]]:
+    """:meth:`Store.find_tool_events <chat_memory.Store.find_tool_events>` as a step."""
+    return store_call(Store.find_tool_events, conversation_id, tool_call_ids)
+
+
+def search(conversation_id: str, query: SearchQuery) -> Steps[SearchResult]:
+    """:meth:`Store.search <chat_memory.Store.search>` as a step."""
+    return store_call(Store.search, conversation_id, query)
+
+
+def record_compaction_error(conversation_id: str, message: str | None) -> Steps[None]:
+    """:meth:`Store.record_compaction_error <chat_memory.Store.record_compaction_error>` as a step."""
+    return store_call(Store.record_compaction_error, conversation_id, message)
+
+
+def compactions(conversation_id: str) -> Steps[list[dict[str, Any]]]:
+    """:meth:`Store.compactions <chat_memory.Store.compactions>` as a step."""
+    return store_call(Store.compactions, conversation_id)
+
+
+def retract(conversation_id: str, event_ids: Collection[str]) -> Steps[list[Event]]:
+    """:meth:`Retracts.retract <chat_memory.backends.base.Retracts.retract>` as a step."""
+    return store_call(Retracts.retract, conversation_id, event_ids)
+
+
+def retracted(conversation_id: str) -> Steps[list[Event]]:
+    """:meth:`Retracts.retracted <chat_memory.backends.base.Retracts.retracted>` as a step."""
+    return store_call(Retracts.retracted, conversation_id)
+
+
+def summarize(
+    summarizer: Summarizer,
+    previous: str | None,
+    events: list[Event],
+    upcoming: list[Event],
+    gap: tuple[int, int] | None = None,
+) -> Steps[str]:
+    """``text = yield from summarize(...)``: a :class:`Summarize` step, its answer typed."""
+    text: str = yield Summarize(summarizer, previous, events, upcoming, gap)
+    return text
+
+
+#: The typed store steps above, by the protocol method each one calls.
+STORE_STEPS = (
+    load,
+    append,
+    append_compacting,
+    append_without_window,
+    find_events,
+    apply,
+    history,
+    find_tool_events,
+    search,
+    record_compaction_error,
+    compactions,
+    retract,
+    retracted,
+)
+
+
+# -- the drivers --------------------------------------------------------------------------
+
+
+def run(steps: Steps[T], store: Store) -> T:
     """Drive ``steps`` against a sync store, in this thread."""
-    return _drive(steps, lambda step: _do(step, store))
+    try:
+        step = next(steps)
+        while True:
+            try:
+                answer = _do(step, store)
+            except Exception as exc:
+                step = steps.throw(exc)
+            else:
+                step = steps.send(answer)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
 
 
-def _do(step: Step, store: Any) -> Any:
+def _do(step: Step, store: Store) -> Any:
     if isinstance(step, StoreCall):
-        return getattr(store, step.method)(*step.args)
+        return getattr(store, step.name)(*step.args, **step.kwargs)
     if isinstance(step, Summarize):
         return run_summarizer(
             step.summarizer, step.previous, step.events, step.upcoming, gap=step.gap
@@ -74,21 +228,7 @@ def _do(step: Step, store: Any) -> Any:
     return None
 
 
-def _drive(steps: Steps[T], do: Any) -> T:
-    try:
-        step = next(steps)
-        while True:
-            try:
-                answer = do(step)
-            except Exception as exc:
-                step = steps.throw(exc)
-            else:
-                step = steps.send(answer)
-    except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
-
-
-async def arun(steps: Steps[T], store: Any) -> T:
+async def arun(steps: Steps[T], store: AsyncStore) -> T:
     """Drive ``steps`` against an async store (:class:`~chat_memory.backends.aio.AsyncStore`):
     store calls and the summarizer are awaited, pauses are ``asyncio.sleep``; nothing blocks
     the event loop (a sync summarizer runs in a worker thread)."""
@@ -102,12 +242,13 @@ async def arun(steps: Steps[T], store: Any) -> T:
             else:
                 step = steps.send(answer)
     except StopIteration as stop:
-        return stop.value  # type: ignore[no-any-return]
+        result: T = stop.value
+        return result
 
 
-async def _ado(step: Step, store: Any) -> Any:
+async def _ado(step: Step, store: AsyncStore) -> Any:
     if isinstance(step, StoreCall):
-        return await getattr(store, step.method)(*step.args)
+        return await getattr(store, step.name)(*step.args, **step.kwargs)
     if isinstance(step, Summarize):
         return await arun_summarizer(
             step.summarizer, step.previous, step.events, step.upcoming, gap=step.gap
@@ -116,32 +257,28 @@ async def _ado(step: Step, store: Any) -> Any:
     return None
 
 
-async def arun_memory(steps: Steps[T], memory: Any) -> T:
-    """Drive ``steps`` of memory calls (``yield from call("window", cid)``) from a coroutine:
-    an :class:`~chat_memory.AsyncChatMemory` is awaited on this loop, no thread involved; a
-    sync :class:`~chat_memory.ChatMemory` runs them all in one worker thread
-    (``asyncio.to_thread``), so the loop never waits on it."""
-    from .aio import AsyncChatMemory  # aio imports this module
-
-    if isinstance(memory, AsyncChatMemory):
-        return await arun(steps, memory)
-    return await asyncio.to_thread(run, steps, memory)
-
-
-def is_async_summarizer(summarizer: Any) -> bool:
-    """True when ``summarizer.summarize`` is a coroutine function (``async def``)."""
-    return inspect.iscoroutinefunction(getattr(summarizer, "summarize", None))
-
-
 __all__ = [
+    "STORE_STEPS",
     "Sleep",
     "Step",
     "Steps",
     "StoreCall",
     "Summarize",
+    "append",
+    "append_compacting",
+    "append_without_window",
+    "apply",
     "arun",
-    "arun_memory",
-    "call",
-    "is_async_summarizer",
+    "compactions",
+    "find_events",
+    "find_tool_events",
+    "history",
+    "load",
+    "record_compaction_error",
+    "retract",
+    "retracted",
     "run",
+    "search",
+    "store_call",
+    "summarize",
 ]

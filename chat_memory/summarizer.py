@@ -133,11 +133,11 @@ async def arun_summarizer(
     """:func:`run_summarizer` for the async API: an ``async def summarize`` (or an async
     function) is awaited; a sync one runs in a worker thread, never on the event loop."""
     extra = _gap_keyword(summarizer, gap)
-    function = (
+    function: Callable[..., Any] = (
         summarizer.function if isinstance(summarizer, FunctionSummarizer) else summarizer.summarize
     )
     try:
-        if _is_async(summarizer):
+        if is_async_summarizer(summarizer):
             text = await function(previous, events, upcoming, **extra)
         else:
             text = await asyncio.to_thread(function, previous, events, upcoming, **extra)
@@ -148,10 +148,23 @@ async def arun_summarizer(
     return checked_summary(text)
 
 
-def _is_async(summarizer: Any) -> bool:
-    if isinstance(summarizer, FunctionSummarizer):
-        return inspect.iscoroutinefunction(summarizer.function)
-    return inspect.iscoroutinefunction(getattr(summarizer, "summarize", None))
+def is_async_summarizer(summarizer: Any) -> bool:
+    """Whether the summarizer answers with a coroutine: its ``summarize`` (or the function a
+    :class:`FunctionSummarizer` adapts) is ``async def``, or an object whose ``__call__``
+    is. Only :class:`~chat_memory.AsyncChatMemory` can await it."""
+    target = (
+        summarizer.function
+        if isinstance(summarizer, FunctionSummarizer)
+        else getattr(summarizer, "summarize", None)
+    )
+    if inspect.iscoroutinefunction(target):
+        return True
+    # a callable object (not a function, whose own __call__ is a slot): its class's __call__
+    return (
+        callable(target)
+        and not inspect.isroutine(target)
+        and inspect.iscoroutinefunction(type(target).__call__)
+    )
 
 
 def checked_summary(text: Any) -> str:

@@ -10,9 +10,10 @@
 
 from __future__ import annotations
 
+from . import steps
 from .backends.base import Snapshot
 from .events import Event, EventType
-from .steps import Steps, call
+from .steps import Steps
 from .strategies import Cut
 
 
@@ -75,7 +76,7 @@ def archived_counts(cid: str, snapshot: Snapshot) -> Steps[tuple[int, int]]:
         return total, 0
     if real + replaced <= total:
         return total - replaced, replaced
-    archived = [e for e in (yield from call("history", cid)) if e.archived]
+    archived = [e for e in (yield from steps.history(cid)) if e.archived]
     summaries = sum(e.type is EventType.SUMMARY for e in archived)
     return len(archived) - summaries, summaries
 

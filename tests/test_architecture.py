@@ -4,11 +4,30 @@ uses only the public API, and ``import chat_memory`` needs no optional driver or
 from __future__ import annotations
 
 import ast
+import inspect
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import chat_memory
+from chat_memory import (
+    AsyncChatMemory,
+    AsyncStore,
+    ChatMemory,
+    ThreadedStore,
+    open_store,
+    steps,
+)
+from chat_memory.integrations.memory import (
+    MemoryCall,
+    add_to,
+    clear_conversation,
+    history_of,
+    model_window_of,
+    retract_from,
+    window_of,
+)
 
 PACKAGE = Path(chat_memory.__file__).parent
 #: Sub-packages built on the core (the core must not import them).
@@ -20,6 +39,7 @@ PUBLIC_MODULES = {
     "chat_memory.backends",
     "chat_memory.components",
     "chat_memory.components.definitions",
+    "chat_memory.integrations.langflow.export",  # export_langflow, docs/langflow.md
     "chat_memory.longterm",
     "chat_memory.safe_json",
     "chat_memory.search",
@@ -49,41 +69,69 @@ def module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def module_level_imports(path: Path) -> set[str]:
-    """Modules imported when ``path`` is imported: module-level statements only (imports
-    inside functions are lazy, and ``if TYPE_CHECKING`` blocks never run)."""
-    name = module_name(path)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+def imports_in(source: str, package: str, modules: set[str]) -> set[str]:
+    """What ``source`` (a module of ``package``) imports, at module level or inside a function
+    (a lazy import still runs, and can close a cycle); ``if TYPE_CHECKING`` blocks never run.
+    ``from package import name`` is an import of the submodule when ``name`` is one of
+    ``modules``, otherwise of the package."""
     found: set[str] = set()
 
-    def visit(nodes: list[ast.stmt]) -> None:
-        for node in nodes:
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-                continue
-            if isinstance(node, (ast.If, ast.Try)):
-                visit(node.body)
-                visit(getattr(node, "orelse", []))
-                for handler in getattr(node, "handlers", []):
-                    visit(handler.body)
-            elif isinstance(node, ast.Import):
-                found.update(alias.name for alias in node.names)
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    anchor = package.split(".")
-                    anchor = anchor[: len(anchor) - node.level + 1]
-                    base = ".".join([*anchor, base] if base else anchor)
-                found.add(base)
-                # `from . import module` imports that module
-                found.update(f"{base}.{alias.name}" for alias in node.names)
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                submodule = f"{base}.{alias.name}"
+                found.add(submodule if submodule in modules else base)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
 
-    visit(ast.parse(path.read_text(encoding="utf-8")).body)
-    modules = {module_name(p) for p in PACKAGE.rglob("*.py")}
-    return found & modules
+    visit(ast.parse(source))
+    return found
 
 
 def graph() -> dict[str, set[str]]:
-    return {module_name(p): module_level_imports(p) for p in PACKAGE.rglob("*.py")}
+    """Each module of the package and the modules of the package it imports."""
+    paths = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+    modules = set(paths)
+    edges = {}
+    for name, path in paths.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges[name] = imports_in(path.read_text(encoding="utf-8"), package, modules) & modules
+    return edges
+
+
+def test_the_import_graph_sees_imports_inside_functions_but_not_type_checking_blocks():
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "from . import steps, Store\n"
+        "if TYPE_CHECKING:\n"
+        "    from .aio import AsyncChatMemory\n"
+        "else:\n"
+        "    import json\n"
+        "def driver():\n"
+        "    from .engine import ChatMemory\n"
+        "    class Local:\n"
+        "        import chat_memory.backends.registry\n"
+    )
+    modules = {"chat_memory", "chat_memory.steps", "chat_memory.engine", "chat_memory.aio"}
+    assert imports_in(source, "chat_memory", modules) == {
+        "typing",
+        "json",
+        "chat_memory",  # for the name Store
+        "chat_memory.steps",
+        "chat_memory.engine",
+        "chat_memory.backends.registry",
+    }
 
 
 def test_no_import_cycles_between_modules():
@@ -182,3 +230,46 @@ def test_the_core_works_without_any_extra(tmp_path):
         [sys.executable, "-c", code, str(tmp_path / "c.db")], capture_output=True, text=True
     )
     assert result.stdout.strip() == "ok", result.stderr
+
+
+def _first_request(step_function: Any) -> Any:
+    """What a typed step function yields first (built with placeholder arguments)."""
+    arity = len(inspect.signature(step_function).parameters)
+    return next(step_function(*[None] * arity))
+
+
+def _parameters(function: Any) -> list[str]:
+    return list(inspect.signature(function).parameters)
+
+
+def test_every_store_step_names_a_coroutine_of_the_async_store_too():
+    """A store step holds the sync protocol's method (``Store.load``); :func:`steps.arun`
+    awaits the method of that name on an async store: the protocol declares it as a
+    coroutine, or (an optional ability, found by name) the threaded store offers it as one."""
+    threaded = ThreadedStore(open_store("memory://"))
+    for step_function in steps.STORE_STEPS:
+        request = _first_request(step_function)
+        assert isinstance(request, steps.StoreCall), step_function
+        declared = getattr(AsyncStore, request.name, None)
+        target = declared if declared is not None else getattr(threaded, request.name)
+        assert inspect.iscoroutinefunction(target), request.name
+        if declared is not None:
+            assert _parameters(declared) == _parameters(request.method), request.name
+
+
+def test_every_memory_step_names_a_coroutine_of_the_async_memory_too():
+    """An adapter's memory step names a ChatMemory method; :func:`arun_memory` awaits the
+    AsyncChatMemory method of that name, which takes the same arguments."""
+    for step_function in (
+        window_of,
+        model_window_of,
+        history_of,
+        add_to,
+        retract_from,
+        clear_conversation,
+    ):
+        request = next(step_function("c", []) if step_function is add_to else step_function("c"))
+        assert isinstance(request, MemoryCall), step_function
+        method, twin = getattr(ChatMemory, request.name), getattr(AsyncChatMemory, request.name)
+        assert inspect.iscoroutinefunction(twin), request.name
+        assert _parameters(twin) == _parameters(method), request.name

@@ -13,10 +13,10 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
+from ..aio import AsyncChatMemory
 from ..backends.base import check_conversation_id
 from ..errors import ChatMemoryError, ConfigurationError
 from ..events import Event
-from ..steps import Steps, call
 from ..tools import (
     AsyncConversationSearchTool,
     AsyncFetchToolResultTool,
@@ -24,7 +24,7 @@ from ..tools import (
     FetchToolResultTool,
 )
 from . import missing_extra
-from .memory import AnyMemory, arun_memory, check_memory, run_sync
+from .memory import AnyMemory, check_memory, sync_memory
 from .openai_items import (
     ERROR_PREFIX,
     FAKE_ID,
@@ -175,7 +175,7 @@ class ChatMemorySession:
     ) -> None:
         self.memory = check_memory(memory, "ChatMemorySession")
         self.session_id = check_conversation_id(session_id)
-        self.session_settings = session_settings  # type: ignore[assignment]  # normalised by the setter
+        self.session_settings = session_settings  # normalised by the setter
 
     @property
     def session_settings(self) -> SessionSettings | None:
@@ -186,77 +186,96 @@ class ChatMemorySession:
     def session_settings(self, value: SessionSettings | Mapping[str, Any] | None) -> None:
         self._session_settings = session_settings_of(value)
 
-    def _items(self, limit: int | None) -> Steps[list[Item]]:
+    def _limit(self, limit: int | None) -> int | None:
         limit = resolve_session_limit(limit, self.session_settings)
         if limit is not None:
             newest([], limit)  # a bad limit is refused before anything is read
-        window = yield from call("model_window", self.session_id)
-        return newest(items_from_window(window, self.memory.config.summary_placement), limit)
+        return limit
 
-    def _add(self, items: Sequence[Any]) -> Steps[None]:
-        dicts = checked_items(items)
-        if not dicts:
-            return
-        window: list[Event] = []
-        if any(item_type(item) in ("function_call", "function_call_output") for item in dicts):
-            window = yield from call("window", self.session_id)  # tool ids are decided against it
-        yield from call("add", self.session_id, events_from_items(dicts, window))
+    def _newest(self, window: list[Event], limit: int | None) -> list[Item]:
+        return newest(items_from_window(window, self.memory.config.summary_placement), limit)
 
     def items(self, limit: int | None = None) -> list[Item]:
         """:meth:`get_items`, synchronously (a ``ChatMemory`` only)."""
-        return run_sync(
-            self.memory,
-            self._items(limit),
-            "ChatMemorySession.items()",
-            "await session.get_items()",
-        )
+        memory = sync_memory(self.memory, "ChatMemorySession.items()", "await session.get_items()")
+        limit = self._limit(limit)
+        return self._newest(memory.model_window(self.session_id), limit)
 
     def add(self, items: Sequence[Any]) -> None:
         """:meth:`add_items`, synchronously (a ``ChatMemory`` only)."""
-        run_sync(
-            self.memory,
-            self._add(list(items)),
-            "ChatMemorySession.add()",
-            "await session.add_items()",
-        )
+        memory = sync_memory(self.memory, "ChatMemorySession.add()", "await session.add_items()")
+        dicts = checked_items(list(items))
+        if not dicts:
+            return
+        # tool ids are decided against the window
+        window = memory.window(self.session_id) if _has_tool_items(dicts) else []
+        memory.add(self.session_id, events_from_items(dicts, window))
+
+    def pop(self) -> Item | None:
+        """:meth:`pop_item`, synchronously (a ``ChatMemory`` only): the newest real event (the
+        window's, or the history's when the window holds none) retracted, with its tool
+        partner; its item returned."""
+        memory = sync_memory(self.memory, "ChatMemorySession.pop()", "await session.pop_item()")
+        real = [e for e in memory.window(self.session_id) if e.is_real] or [
+            e for e in memory.history(self.session_id) if e.is_real
+        ]
+        if not real:
+            return None
+        memory.retract(self.session_id, [real[-1].id])
+        return item_of(real[-1], memory.config.summary_placement)
 
     async def get_items(self, limit: int | None = None) -> list[Item]:
         """The window as Responses input items, the newest ``limit`` (default:
         ``session_settings.limit``) items' worth of whole steps."""
-        return await arun_memory(self._items(limit), self.memory)
+        if not isinstance(self.memory, AsyncChatMemory):
+            return await asyncio.to_thread(self.items, limit)
+        limit = self._limit(limit)
+        return self._newest(await self.memory.model_window(self.session_id), limit)
 
     async def add_items(self, items: list[Any]) -> None:
         """Append ``items`` in order, atomically, every one of them (as the SDK's sessions do)."""
-        steps = self._add(list(items))
-        await _to_its_outcome(asyncio.ensure_future(arun_memory(steps, self.memory)))
+        await _to_its_outcome(asyncio.ensure_future(self._add_items(list(items))))
 
-    def _pop(self) -> Steps[Item | None]:
-        """The newest real event (the window's, or the history's when the window holds none)
-        retracted, with its tool partner; its item returned."""
-        real = [e for e in (yield from call("window", self.session_id)) if e.is_real]
-        if not real:
-            real = [e for e in (yield from call("history", self.session_id)) if e.is_real]
-        if not real:
-            return None
-        yield from call("retract", self.session_id, [real[-1].id])
-        return item_of(real[-1], self.memory.config.summary_placement)
-
-    def pop(self) -> Item | None:
-        """:meth:`pop_item`, synchronously (a ``ChatMemory`` only)."""
-        return run_sync(
-            self.memory, self._pop(), "ChatMemorySession.pop()", "await session.pop_item()"
-        )
+    async def _add_items(self, items: list[Any]) -> None:
+        memory = self.memory
+        if not isinstance(memory, AsyncChatMemory):
+            return await asyncio.to_thread(self.add, items)
+        dicts = checked_items(items)
+        if not dicts:
+            return
+        window = await memory.window(self.session_id) if _has_tool_items(dicts) else []
+        await memory.add(self.session_id, events_from_items(dicts, window))
 
     async def pop_item(self) -> Item | None:
         """Retract the newest item (and its tool partner, if it has one) and return it; None
         when the session is empty. A cancelled call waits for its write to finish."""
-        return await _to_its_outcome(asyncio.ensure_future(arun_memory(self._pop(), self.memory)))
+        return await _to_its_outcome(asyncio.ensure_future(self._pop_item()))
+
+    async def _pop_item(self) -> Item | None:
+        memory = self.memory
+        if not isinstance(memory, AsyncChatMemory):
+            return await asyncio.to_thread(self.pop)
+        real = [e for e in await memory.window(self.session_id) if e.is_real] or [
+            e for e in await memory.history(self.session_id) if e.is_real
+        ]
+        if not real:
+            return None
+        await memory.retract(self.session_id, [real[-1].id])
+        return item_of(real[-1], memory.config.summary_placement)
 
     async def clear_session(self) -> None:
         """Delete the conversation: window, summary and archive."""
-        await _to_its_outcome(
-            asyncio.ensure_future(arun_memory(call("clear", self.session_id), self.memory))
+        memory = self.memory
+        cleared = (
+            memory.clear(self.session_id)
+            if isinstance(memory, AsyncChatMemory)
+            else asyncio.to_thread(memory.clear, self.session_id)
         )
+        await _to_its_outcome(asyncio.ensure_future(cleared))
+
+
+def _has_tool_items(items: list[Item]) -> bool:
+    return any(item_type(item) in ("function_call", "function_call_output") for item in items)
 
 
 def function_tool(tool: ConversationSearchTool | FetchToolResultTool) -> FunctionTool:

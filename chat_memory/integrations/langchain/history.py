@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 
 from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import BaseMessage, RemoveMessage
 
+from ...aio import AsyncChatMemory
 from ...backends.base import check_conversation_id
 from ...events import Event
-from ...steps import Steps, call
-from ..memory import AnyMemory, arun_memory, check_memory, run_sync
+from ..memory import (
+    AnyMemory,
+    MemorySteps,
+    arun_memory,
+    check_memory,
+    clear_conversation,
+    run_sync,
+    sync_memory,
+    window_of,
+)
 from .convert import history_messages, message_events
 from .identity import apply_changes, check_pairs_alone, new_events, removals
 
@@ -48,12 +58,7 @@ class ChatMemoryHistory(BaseChatMessageHistory):
         self.memory = check_memory(memory, "ChatMemoryHistory")
         self.conversation_id = check_conversation_id(conversation_id)
 
-    def _messages(self) -> Steps[list[BaseMessage]]:
-        # the window as stored (not model_window's stubs), so that a re-sent copy matches it
-        window = yield from call("window", self.conversation_id)
-        return history_messages(window, self.memory.config.summary_placement)
-
-    def _add(self, messages: Sequence[BaseMessage]) -> Steps[None]:
+    def _add(self, messages: Sequence[BaseMessage]) -> MemorySteps[None]:
         cid = self.conversation_id
         clears, kept = removals(list(messages))
         removed = [(i, str(m.id)) for i, m in kept if isinstance(m, RemoveMessage)]
@@ -62,22 +67,22 @@ class ChatMemoryHistory(BaseChatMessageHistory):
         if clears:
             check_pairs_alone(parts)
         else:
-            stored = {e.id: e for e in (yield from call("window", cid))}
+            stored = {e.id: e for e in (yield from window_of(cid))}
         # every read and check before the first write: a refused list changes nothing
         changes = yield from new_events(cid, parts, stored, look_back=not clears, removed=removed)
         if clears:
-            yield from call("clear", cid)
+            yield from clear_conversation(cid)
         yield from apply_changes(cid, changes)
 
     @property
-    def messages(self) -> list[BaseMessage]:  # type: ignore[override]
+    def messages(self) -> list[BaseMessage]:  # type: ignore[override]  # LangChain declares an attribute; ours reads the window
         """The window as LangChain messages (see the class docstring)."""
-        return run_sync(
-            self.memory,
-            self._messages(),
-            "ChatMemoryHistory.messages",
-            "await history.aget_messages()",
+        memory = sync_memory(
+            self.memory, "ChatMemoryHistory.messages", "await history.aget_messages()"
         )
+        # the window as stored (not model_window's stubs), so that a re-sent copy matches it
+        window = memory.window(self.conversation_id)
+        return history_messages(window, self.memory.config.summary_placement)
 
     def add_messages(self, messages: Sequence[BaseMessage]) -> None:
         """Store ``messages`` in order, atomically; a message whose ``id`` is already stored
@@ -92,16 +97,16 @@ class ChatMemoryHistory(BaseChatMessageHistory):
 
     def clear(self) -> None:
         """Delete the conversation: window, summary and archive."""
-        run_sync(
-            self.memory,
-            call("clear", self.conversation_id),
-            "ChatMemoryHistory.clear()",
-            "await history.aclear()",
+        sync_memory(self.memory, "ChatMemoryHistory.clear()", "await history.aclear()").clear(
+            self.conversation_id
         )
 
     async def aget_messages(self) -> list[BaseMessage]:
         """:attr:`messages`, without blocking the loop."""
-        return await arun_memory(self._messages(), self.memory)
+        if not isinstance(self.memory, AsyncChatMemory):
+            return await asyncio.to_thread(lambda: self.messages)
+        window = await self.memory.window(self.conversation_id)
+        return history_messages(window, self.memory.config.summary_placement)
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
         """:meth:`add_messages`, without blocking the loop."""
@@ -109,4 +114,7 @@ class ChatMemoryHistory(BaseChatMessageHistory):
 
     async def aclear(self) -> None:
         """:meth:`clear`, without blocking the loop."""
-        await arun_memory(call("clear", self.conversation_id), self.memory)
+        if isinstance(self.memory, AsyncChatMemory):
+            await self.memory.clear(self.conversation_id)
+        else:
+            await asyncio.to_thread(self.clear)

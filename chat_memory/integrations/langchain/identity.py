@@ -31,7 +31,7 @@ from langchain_core.messages import BaseMessage, RemoveMessage
 
 from ...errors import InvalidInputError
 from ...events import Event, EventType
-from ...steps import Steps, call
+from ..memory import MemorySteps, add_to, history_of, retract_from
 from .convert import RENDERED_ID_PREFIX, said_the_same
 
 try:
@@ -75,13 +75,13 @@ class Changes:
     add: list[Event] = field(default_factory=list)
 
 
-def apply_changes(cid: str, changes: Changes) -> Steps[None]:
+def apply_changes(cid: str, changes: Changes) -> MemorySteps[None]:
     """Retract, then add (two writes: a replaced message's id must leave the window before
     its new version can be stored under it)."""
     if changes.retract:
-        yield from call("retract", cid, changes.retract)
+        yield from retract_from(cid, changes.retract)
     if changes.add:
-        yield from call("add", cid, changes.add)
+        yield from add_to(cid, changes.add)
 
 
 def _by_message(stored: dict[str, Event]) -> dict[str, list[Event]]:
@@ -118,7 +118,7 @@ def new_events(
     stored: dict[str, Event],
     look_back: bool = True,
     removed: Sequence[tuple[int, str]] = (),
-) -> Steps[Changes]:
+) -> MemorySteps[Changes]:
     """What ``parts`` (``(message index, its events)``) and the ``RemoveMessage`` ids of
     ``removed`` (``(message index, id)``) change, as LangGraph's ``add_messages`` merges by
     id; ``stored`` is the window by event id. Per message id, the last word counts: a re-sent
@@ -144,7 +144,7 @@ def new_events(
     if look_back and (
         unknown_removals or (last_known > 0 and any(e.id not in stored for e in flat[:last_known]))
     ):
-        history: list[Event] = yield from call("history", cid, True)
+        history = yield from history_of(cid, True)  # retracted ones too
         gone = {e.id for e in history if e.retracted}
         window_ids = set(stored)
         stored = {**{e.id: e for e in history if not e.retracted}, **stored}
@@ -210,9 +210,6 @@ def new_events(
 def _same_message(old: list[Event], events: list[Event]) -> bool:
     """Whether the stored events of a message say what ``events`` say (no call missing or extra)."""
     by_id = {e.id: e for e in old}
-    known = [by_id.get(e.id) for e in events]
-    return (
-        len(old) == len(events)
-        and all(known)
-        and all(said_the_same(k, e) for k, e in zip(known, events))
-    )  # type: ignore[arg-type]
+    if len(old) != len(events) or any(e.id not in by_id for e in events):
+        return False
+    return all(said_the_same(by_id[e.id], e) for e in events)

@@ -9,20 +9,30 @@ archives (searchable) instead of deleting."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
-from langchain_core.messages import AIMessage, BaseMessage, SystemMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, SystemMessage
 
+from ...aio import AsyncChatMemory
 from ...backends.base import check_conversation_id
-from ...compaction import awith_overflow_retry, with_overflow_retry
 from ...errors import ConfigurationError
 from ...events import Event
-from ...steps import Steps, call
+from ...overflow import awith_overflow_retry, with_overflow_retry
 from .. import missing_extra
-from ..memory import AnyMemory, arun_memory, check_memory, run_sync
+from ..memory import (
+    AnyMemory,
+    MemorySteps,
+    arun_memory,
+    check_memory,
+    model_window_of,
+    run_sync,
+    sync_memory,
+    window_of,
+)
 from .convert import events_from_messages, message_events, removal_refused, render
 from .identity import apply_changes, is_rendered, new_events
 
@@ -32,6 +42,9 @@ except ImportError:  # pragma: no cover - exercised by the architecture test's s
     raise missing_extra("langchain", "langchain-agents") from None
 
 T = TypeVar("T")
+#: What a sync hook given an AsyncChatMemory is, and what to use instead.
+_UNDER_INVOKE = "ChatMemoryMiddleware under agent.invoke()"
+_INSTEAD = "agent.ainvoke() or agent.astream()"
 
 
 class ChatMemoryMiddleware(AgentMiddleware):
@@ -76,11 +89,15 @@ class ChatMemoryMiddleware(AgentMiddleware):
     ) -> Any:
         """Store the new messages, show the model the window, store its reply."""
         cid = self._conversation()
+        memory = sync_memory(self.memory, _UNDER_INVOKE, _INSTEAD)
         # a "prompt is too long" answer: compact by force and send the step once more
         response = with_overflow_retry(
-            self.memory, cid, lambda: handler(self._sync(self._request(cid, request)))
+            memory, cid, lambda: handler(self._sync(self._request(cid, request)))
         )
-        return self._sync(self._store_reply(cid, response))
+        response, events = with_reply_ids(response)
+        if events:
+            memory.add(cid, events)
+        return response
 
     async def awrap_model_call(
         self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
@@ -92,7 +109,13 @@ class ChatMemoryMiddleware(AgentMiddleware):
             return await handler(await arun_memory(self._request(cid, request), self.memory))
 
         response = await awith_overflow_retry(self.memory, cid, send)
-        return await arun_memory(self._store_reply(cid, response), self.memory)
+        response, events = with_reply_ids(response)
+        if events:
+            if isinstance(self.memory, AsyncChatMemory):
+                await self.memory.add(cid, events)
+            else:
+                await asyncio.to_thread(self.memory.add, cid, events)
+        return response
 
     def after_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
         """Store what the run added after the last model call."""
@@ -106,13 +129,8 @@ class ChatMemoryMiddleware(AgentMiddleware):
 
     # -- internals: what to read and write, as steps run by either kind of memory -----------
 
-    def _sync(self, steps: Steps[T]) -> T:
-        return run_sync(
-            self.memory,
-            steps,
-            "ChatMemoryMiddleware under agent.invoke()",
-            "agent.ainvoke() or agent.astream()",
-        )
+    def _sync(self, steps: MemorySteps[T]) -> T:
+        return run_sync(self.memory, steps, _UNDER_INVOKE, _INSTEAD)
 
     def _conversation(self) -> str:
         if self.conversation_id is not None:
@@ -130,8 +148,8 @@ class ChatMemoryMiddleware(AgentMiddleware):
             )
         return check_conversation_id(str(thread_id))
 
-    def _store_new(self, cid: str, messages: Sequence[BaseMessage]) -> Steps[None]:
-        window = yield from call("window", cid)
+    def _store_new(self, cid: str, messages: Sequence[BaseMessage]) -> MemorySteps[None]:
+        window = yield from window_of(cid)
         stored = {e.id: e for e in window}
         indexed = [(i, m) for i, m in enumerate(messages) if not is_rendered(m)]
         for i, m in indexed:
@@ -147,21 +165,17 @@ class ChatMemoryMiddleware(AgentMiddleware):
         changes = yield from new_events(cid, parts, stored, look_back=False)
         yield from apply_changes(cid, changes)
 
-    def _request(self, cid: str, request: ModelRequest) -> Steps[ModelRequest]:
+    def _request(self, cid: str, request: ModelRequest) -> MemorySteps[ModelRequest]:
         yield from self._store_new(cid, request.messages)
-        window = yield from call("model_window", cid)
+        window = yield from model_window_of(cid)
         system, messages = render(window, self.memory.config.summary_placement)
         own = request.system_message.text if request.system_message is not None else ""
         text = "\n\n".join(t for t in (str(own), system) if t.strip())
         return request.override(
-            messages=messages, system_message=SystemMessage(text) if text else None
+            # render makes only Human, AI, Tool and System messages: AnyMessage members
+            messages=cast("list[AnyMessage]", messages),
+            system_message=SystemMessage(text) if text else None,
         )
-
-    def _store_reply(self, cid: str, response: Any) -> Steps[Any]:
-        response, events = with_reply_ids(response)
-        if events:
-            yield from call("add", cid, events)
-        return response
 
 
 def with_reply_ids(response: Any) -> tuple[Any, list[Event]]:

@@ -1,0 +1,234 @@
+"""The checks an ``add()`` makes on the events it is given, before anything is written:
+each is an Event of a kind a caller may add, ids are unique, pins do not collide, tool calls
+and results pair up (against the batch, the window and the archive), every event is stored
+as the JSON envelope all backends keep, and none is larger than the context window (a tool
+result may be cut to ``max_tool_result_tokens``). Written as steps (:mod:`chat_memory.steps`):
+the tool-pair check reads the store."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from . import steps
+from .config import MemoryConfig
+from .errors import InvalidEventError
+from .events import Event, EventType
+from .pins import check_pin_key, pin_key
+from .steps import Steps
+from .tokens import TokenCounter, count_event_tokens, truncate_tool_result
+
+
+def prepared_batch(
+    cid: str,
+    events: Event | Iterable[Event],
+    config: MemoryConfig,
+    token_counter: TokenCounter,
+    finds_events: bool = False,
+) -> Steps[list[Event]]:
+    """The events an ``add()`` was given, checked and ready to append: each an Event that is
+    no summary, with its own id, tool fields set, a pin key of its own, the tool pairs right
+    (:func:`checked_tool_events`), a nameless tool result named after its call, the JSON
+    envelope every store keeps, and its token count (:func:`sized`). Anything wrong is an
+    :class:`InvalidEventError` naming the event's index, before anything is written.
+    ``finds_events``: the store looks ids up by index (see :func:`checked_tool_events`)."""
+    if isinstance(events, Event):
+        batch = [events]
+    elif isinstance(events, Iterable):
+        batch = list(events)
+    else:
+        raise InvalidEventError(f"events ({events!r}) must be an Event or a list of events")
+    for i, event in enumerate(batch):
+        if not isinstance(event, Event):
+            raise InvalidEventError(
+                f"events[{i}] ({event!r}) is not an Event; build one with Event.user(...) etc."
+            )
+        if event.type is EventType.SUMMARY:
+            raise InvalidEventError(
+                f"events[{i}] has type 'summary': summaries are written by compaction only"
+            )
+        if event.type in (EventType.TOOL_CALL, EventType.TOOL_RESULT) and not event.tool_call_id:
+            raise InvalidEventError(
+                f"events[{i}].tool_call_id ({event.tool_call_id!r}) must be set for a {event.type.value}"
+            )
+        if event.type is EventType.TOOL_CALL and not event.tool_name:
+            raise InvalidEventError(
+                f"events[{i}].tool_name ({event.tool_name!r}) must be set for a tool_call"
+            )
+    first_at: dict[str, int] = {}
+    for i, event in enumerate(batch):
+        j = first_at.setdefault(event.id, i)
+        if j != i:
+            raise InvalidEventError(
+                f"events[{i}].id ({event.id!r}) repeats events[{j}].id; every event needs its own id"
+            )
+    batch = [_as_stored_everywhere(i, e) for i, e in enumerate(batch)]
+    pinned_at: dict[str, int] = {}
+    for i, event in enumerate(batch):
+        check_pin_key(i, event)
+        if event.type is EventType.SYSTEM:
+            j = pinned_at.setdefault(pin_key(event), i)
+            if j != i:
+                raise InvalidEventError(
+                    f"events[{i}] and events[{j}] are system events with the same pin key ({pin_key(event)!r}): "
+                    "the later would supersede the earlier at once; add one of them"
+                )
+    tool_names = yield from checked_tool_events(cid, batch, finds_events)
+    batch = [_named_after_call(e, tool_names) for e in batch]
+    return [sized(i, e, config, token_counter) for i, e in enumerate(batch)]
+
+
+def sized(index: int, event: Event, config: MemoryConfig, token_counter: TokenCounter) -> Event:
+    """The event with its token count, a tool result cut to ``max_tool_result_tokens``
+    (with a visible note) when that is set; refused when it is larger than the whole
+    context window, which no compaction could make room for."""
+    tokens = count_event_tokens(event, token_counter)
+    cap = config.max_tool_result_tokens
+    if event.type is EventType.TOOL_RESULT and cap is not None and tokens > cap:
+        event = truncate_tool_result(event, cap, tokens, token_counter)
+        tokens = count_event_tokens(event, token_counter)
+    window = config.context_window_tokens
+    if tokens > window:
+        hint = (
+            " or set max_tool_result_tokens to cut tool results"
+            if event.type is EventType.TOOL_RESULT
+            else ""
+        )
+        raise InvalidEventError(
+            f"events[{index}] ({event.type.value}) has {tokens} tokens, more than the whole context window "
+            f"(context_window_tokens = {window}); shorten it{hint}"
+        )
+    return event.model_copy(
+        update={"seq": None, "archived": False, "retracted": False, "tokens": tokens}
+    )
+
+
+def checked_tool_events(
+    cid: str, batch: list[Event], finds_events: bool = False
+) -> Steps[dict[str, str | None]]:
+    """Tool pairing (checked only when the list holds tool events): a call's id is new to
+    the window; a result answers a call earlier in the list, in the window or, only when
+    neither has it, in the archive, and that call has no result yet. Events already in
+    the window (a retry) are skipped: they are not stored again. A check against a read,
+    not inside the write: two writers racing to add different events for one call id are
+    not both caught (a retry is: by id).
+
+    What it reads: with ``finds_events`` (the store looks ids up by index), one
+    ``find_events`` call for the list's tool event ids and call ids, window and archive
+    at once, costing the list, not the conversation; otherwise one window read, plus one
+    :meth:`Store.find_tool_events` lookup for the results whose call is in neither the
+    list nor the window.
+
+    Returns the tool name of each call the list's results answer (by call id), so that a
+    result without a name can take its call's."""
+    tool_batch = [e for e in batch if e.type in _TOOL_TYPES]
+    if not tool_batch:
+        return {}
+    archived: list[Event] | None = None
+    if finds_events:
+        call_ids = list(dict.fromkeys(e.tool_call_id for e in tool_batch if e.tool_call_id))
+        found = yield from steps.find_events(cid, [e.id for e in tool_batch], call_ids)
+        stored_ids = {e.id for e in found if not e.archived}
+        in_window = [e for e in found if not e.archived and e.type in _TOOL_TYPES]
+        archived = [e for e in found if e.archived and e.type in _TOOL_TYPES]
+    else:
+        window = (yield from steps.load(cid)).window
+        stored_ids = {e.id for e in (*window.pinned, *window.active)}
+        in_window = [e for e in window.active if e.type in _TOOL_TYPES]
+    calls = {e.tool_call_id: e for e in in_window if e.type is EventType.TOOL_CALL}
+    results = {e.tool_call_id: e for e in in_window if e.type is EventType.TOOL_RESULT}
+    batch_calls: dict[str | None, int] = {}
+    batch_results: dict[str | None, int] = {}
+    unresolved: dict[str, int] = {}
+    for i, event in enumerate(batch):
+        call_id = event.tool_call_id
+        if event.id in stored_ids or event.type not in _TOOL_TYPES:
+            continue
+        assert call_id is not None
+        if event.type is EventType.TOOL_CALL:
+            if call_id in batch_calls:
+                raise InvalidEventError(
+                    f"events[{i}].tool_call_id ({call_id!r}) repeats the tool_call of events[{batch_calls[call_id]}]; "
+                    "every tool call needs its own id"
+                )
+            earlier = calls.get(call_id) or results.get(call_id)
+            if earlier is not None:
+                raise InvalidEventError(
+                    f"events[{i}].tool_call_id ({call_id!r}) is already in the window of conversation {cid!r} "
+                    f"(the {earlier.type.value} at seq {earlier.seq}); every tool call needs its own id"
+                )
+            batch_calls[call_id] = i
+            continue
+        if call_id in batch_results:
+            raise InvalidEventError(
+                f"events[{i}] is a second tool_result for tool_call_id {call_id!r} (events[{batch_results[call_id]}] "
+                "is the first); a call takes one result"
+            )
+        answered = results.get(call_id)
+        if answered is not None:
+            raise _answered_already(i, call_id, cid, answered)
+        batch_results[call_id] = i
+        if call_id not in batch_calls and call_id not in calls:
+            unresolved[call_id] = i
+    names: dict[str, str | None] = {call_id: e.tool_name for call_id, e in calls.items() if call_id}
+    names.update(
+        {
+            e.tool_call_id: e.tool_name
+            for e in batch
+            if e.type is EventType.TOOL_CALL and e.tool_call_id
+        }
+    )
+    if not unresolved:
+        return names
+    if archived is None:
+        archived = yield from steps.find_tool_events(cid, list(unresolved))
+    for call_id, i in unresolved.items():
+        # (the window holds no event of an unresolved call id: these are archived ones)
+        matches = [e for e in archived if e.tool_call_id == call_id]
+        answered = next((e for e in matches if e.type is EventType.TOOL_RESULT), None)
+        if answered is not None:
+            raise _answered_already(i, call_id, cid, answered)
+        found_call = next((e for e in matches if e.type is EventType.TOOL_CALL), None)
+        if found_call is None:
+            raise InvalidEventError(
+                f"events[{i}].tool_call_id ({call_id!r}) matches no tool_call in conversation {cid!r} "
+                "(window or archive); add the tool_call first (or earlier in the same list)"
+            )
+        names[call_id] = found_call.tool_name
+    return names
+
+
+def _named_after_call(event: Event, tool_names: dict[str, str | None]) -> Event:
+    """A tool result without a name takes its call's: search tells the recall tools' own
+    results apart by name, whoever wrote the result."""
+    if (
+        event.type is not EventType.TOOL_RESULT
+        or event.tool_name
+        or event.tool_call_id not in tool_names
+    ):
+        return event
+    return event.model_copy(update={"tool_name": tool_names[event.tool_call_id]})
+
+
+_TOOL_TYPES = (EventType.TOOL_CALL, EventType.TOOL_RESULT)
+
+
+def _answered_already(index: int, call_id: str, cid: str, result: Event) -> InvalidEventError:
+    where = "archived" if result.archived else "in the window"
+    return InvalidEventError(
+        f"events[{index}] is a second tool_result for tool_call_id {call_id!r} in conversation {cid!r}: "
+        f"the call already has its result (seq {result.seq}, {where}); a call takes one result"
+    )
+
+
+def _as_stored_everywhere(index: int, event: Event) -> Event:
+    """The event as every backend keeps it: its JSON envelope read back (a tuple becomes a
+    list, NaN becomes null). What JSON cannot carry (a lone surrogate, a tool argument that
+    is no JSON value) is refused here, alike on every backend, instead of failing in one
+    driver and being kept as is by the in-memory store."""
+    try:
+        return Event.from_json(event.to_json())
+    except ValueError as exc:
+        raise InvalidEventError(f"events[{index}] cannot be stored as JSON: {exc}") from None
+
+
+__all__ = ["checked_tool_events", "prepared_batch", "sized"]
