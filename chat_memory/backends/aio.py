@@ -186,11 +186,13 @@ class ThreadedStore(AsyncStore):
         self.compacts_while_appending = isinstance(store, CompactsWhileAppending)
         if isinstance(store, AppendsWithoutWindow):
             # only then: the engine takes the lean path when it finds these methods
-            self.append_without_window = self._threaded(store.append_without_window)
-            self.find_events = self._threaded(store.find_events)
+            appends = store
+            self.append_without_window = self._threaded(lambda: appends.append_without_window)
+            self.find_events = self._threaded(lambda: appends.find_events)
         if isinstance(store, Retracts):
-            self.retract = self._threaded(store.retract)
-            self.retracted = self._threaded(store.retracted)
+            retracts = store
+            self.retract = self._threaded(lambda: retracts.retract)
+            self.retracted = self._threaded(lambda: retracts.retracted)
         self._executor = ThreadPoolExecutor(
             max_workers=max_workers, thread_name_prefix="chat-memory"
         )
@@ -201,16 +203,17 @@ class ThreadedStore(AsyncStore):
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, functools.partial(call, *args, **kwargs))
 
-    def _threaded(self, method: Callable[P, T]) -> Callable[P, Awaitable[T]]:
-        """``method`` as a coroutine function that runs it in a worker thread."""
+    def _threaded(self, method: Callable[[], Callable[P, T]]) -> Callable[P, Awaitable[T]]:
+        """The store method ``method()`` returns, as a coroutine function that runs it in a
+        worker thread; looked up at each call, like the protocol's methods below."""
 
         async def call(*args: P.args, **kwargs: P.kwargs) -> T:
-            return await self._run(method, *args, **kwargs)
+            return await self._run(method(), *args, **kwargs)
 
         return call
 
-    # the protocol's methods look the store's method up at each call (a store patched after it
-    # was wrapped is still used); the optional abilities above are bound once, in __init__
+    # the store's method is looked up at each call: a store patched after it was wrapped (a
+    # test holding a write, an instrumented store) is still the one called
     async def load(self, conversation_id: str) -> Snapshot:
         return await self._run(self.store.load, conversation_id)
 

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Protocol
 
 from langchain_core.tools import StructuredTool, ToolException
 
 from ...tools import (
     AsyncConversationSearchTool,
     AsyncFetchToolResultTool,
-    ConversationSearchTool,
-    FetchToolResultTool,
     ToolOutput,
     parse_arguments,
 )
@@ -47,7 +45,24 @@ class ScreenedTool(StructuredTool):
         return parsed
 
 
-def as_langchain_tool(tool: ConversationSearchTool | FetchToolResultTool) -> StructuredTool:
+class ModelTool(Protocol):
+    """What :func:`as_langchain_tool` needs of a chat-memory tool: the recall tools, the
+    memory tool, or a tool of your own with the same shape."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def input_schema(self) -> dict[str, Any]: ...
+    @property
+    def example(self) -> str: ...
+    def run(self, arguments: dict[str, Any] | str | None) -> ToolOutput: ...
+
+
+def as_langchain_tool(
+    tool: ModelTool | AsyncConversationSearchTool | AsyncFetchToolResultTool,
+) -> StructuredTool:
     """One chat-memory tool as a ``StructuredTool`` with the same name, description and JSON
     schema. An answer that reports an error (a blank keyword, an unknown call id) comes back
     as a ``ToolMessage`` with ``status="error"`` and the explanation as its content.
@@ -55,10 +70,9 @@ def as_langchain_tool(tool: ConversationSearchTool | FetchToolResultTool) -> Str
     A tool of an ``AsyncChatMemory`` is awaited by ``ainvoke`` (no thread); its ``invoke``
     raises a ``ConfigurationError`` saying to use ``ainvoke``. A tool of a ``ChatMemory``
     answers ``invoke`` in this thread and ``ainvoke`` in a worker thread."""
-    is_async = isinstance(tool, (AsyncConversationSearchTool, AsyncFetchToolResultTool))
 
     def run(**arguments: Any) -> str:
-        if is_async:
+        if isinstance(tool, (AsyncConversationSearchTool, AsyncFetchToolResultTool)):
             raise sync_refused(f"the {tool.name} tool's invoke()", "await tool.ainvoke(...)")
         if isinstance(refusal := arguments.get(REFUSAL), _Refusal):
             raise ToolException(refusal)
@@ -67,7 +81,7 @@ def as_langchain_tool(tool: ConversationSearchTool | FetchToolResultTool) -> Str
     async def arun(**arguments: Any) -> str:
         if isinstance(refusal := arguments.get(REFUSAL), _Refusal):
             raise ToolException(refusal)
-        if is_async:
+        if isinstance(tool, (AsyncConversationSearchTool, AsyncFetchToolResultTool)):
             return answer(await tool.run(given(arguments)))
         return await asyncio.to_thread(run, **arguments)
 

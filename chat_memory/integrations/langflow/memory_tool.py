@@ -181,9 +181,7 @@ class MemoryToolComponent(Component):
         params = self.parameters()
         limits = MemoryLimits(max_file_bytes=params["maxFileBytes"], max_files=params["maxFiles"])
         files = long_term_memory(self.store(params), params[NAMESPACE], limits=limits)
-        # as_langchain_tool is typed for the two recall tools; the memory tool has the same
-        # shape (name, description, input_schema, example, run -> ToolOutput)
-        return as_langchain_tool(ExampleMemoryTool(files))  # type: ignore[arg-type]  # see above
+        return as_langchain_tool(ExampleMemoryTool(files))
 
     def update_build_config(
         self, build_config: Any, field_value: Any, field_name: str | None = None
