@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Collection, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from .backends.aio import AsyncStore
 
 T = TypeVar("T")
+#: a request of some step set (the engine's, the Redis store's, the adapters')
+Q = TypeVar("Q")
 R = TypeVar("R")
 P = ParamSpec("P")
 
@@ -201,20 +203,43 @@ STORE_STEPS = (
 # -- the drivers --------------------------------------------------------------------------
 
 
-def run(steps: Steps[T], store: Store) -> T:
-    """Drive ``steps`` against a sync store, in this thread."""
+def drive(requests: Generator[Q, Any, T], perform: Callable[[Q], Any]) -> T:
+    """Run a generator of requests to its return value: each request it yields is performed
+    and the answer sent back, or the error thrown in at its ``yield``. The one loop behind
+    every driver: the engine's (:func:`run`), the Redis store's and the adapters'."""
     try:
-        step = next(steps)
+        request = next(requests)
         while True:
             try:
-                answer = _do(step, store)
+                answer = perform(request)
             except Exception as exc:
-                step = steps.throw(exc)
+                request = requests.throw(exc)
             else:
-                step = steps.send(answer)
+                request = requests.send(answer)
     except StopIteration as stop:
         result: T = stop.value
         return result
+
+
+async def adrive(requests: Generator[Q, Any, T], perform: Callable[[Q], Awaitable[Any]]) -> T:
+    """:func:`drive` with each request awaited."""
+    try:
+        request = next(requests)
+        while True:
+            try:
+                answer = await perform(request)
+            except Exception as exc:
+                request = requests.throw(exc)
+            else:
+                request = requests.send(answer)
+    except StopIteration as stop:
+        result: T = stop.value
+        return result
+
+
+def run(steps: Steps[T], store: Store) -> T:
+    """Drive ``steps`` against a sync store, in this thread."""
+    return drive(steps, lambda step: _do(step, store))
 
 
 def _do(step: Step, store: Store) -> Any:
@@ -232,18 +257,7 @@ async def arun(steps: Steps[T], store: AsyncStore) -> T:
     """Drive ``steps`` against an async store (:class:`~chat_memory.backends.aio.AsyncStore`):
     store calls and the summarizer are awaited, pauses are ``asyncio.sleep``; nothing blocks
     the event loop (a sync summarizer runs in a worker thread)."""
-    try:
-        step = next(steps)
-        while True:
-            try:
-                answer = await _ado(step, store)
-            except Exception as exc:
-                step = steps.throw(exc)
-            else:
-                step = steps.send(answer)
-    except StopIteration as stop:
-        result: T = stop.value
-        return result
+    return await adrive(steps, lambda step: _ado(step, store))
 
 
 async def _ado(step: Step, store: AsyncStore) -> Any:
@@ -268,7 +282,9 @@ __all__ = [
     "append_compacting",
     "append_without_window",
     "apply",
+    "adrive",
     "arun",
+    "drive",
     "compactions",
     "find_events",
     "find_tool_events",

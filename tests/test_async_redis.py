@@ -12,7 +12,14 @@ from typing import Any
 
 import pytest
 
-from chat_memory import ChatMemory, Event, MemoryConfig, ThreadedStore, open_async_store
+from chat_memory import (
+    ChatMemory,
+    Event,
+    MemoryConfig,
+    ThreadedStore,
+    open_async_store,
+    open_store,
+)
 from chat_memory.aio import AsyncChatMemory
 from chat_memory.backends.aio import native_store_class
 from chat_memory.backends.base import CompactionPlan
@@ -242,11 +249,14 @@ def test_a_newer_layout_is_refused_by_the_async_store_too(redis_server):
     asyncio.run(run())
 
 
-def test_an_unknown_driver_option_is_named_at_the_first_command():
-    """Options that are not the store's go to redis-py, as with RedisStore: it names them."""
-    store = open_async_store(f"redis://:{SECRET}@127.0.0.1:{free_port()}/0?no_such_option=1")
-    with pytest.raises(StorageError, match="no_such_option") as failure:
-        asyncio.run(store.load("c"))
+@pytest.mark.parametrize("opener", [open_store, open_async_store])
+def test_an_option_neither_the_store_nor_redis_py_takes_is_refused_when_opened(opener):
+    """Options that are not the store's go to redis-py; one that redis-py's client, pool and
+    connection do not take either is named when the store is opened (redis-py itself would
+    raise a TypeError at the first command)."""
+    url = f"redis://:{SECRET}@127.0.0.1:{free_port()}/0?client_name=x&no_such_option=1"
+    with pytest.raises(ConfigurationError, match="'no_such_option' is neither") as failure:
+        opener(url)
     assert SECRET not in str(failure.value)
 
 

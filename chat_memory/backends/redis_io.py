@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeAlias, TypeVar
 from urllib.parse import urlencode, urlsplit, urlunsplit
 
 from ..errors import ConfigurationError
-from ..steps import Sleep
+from ..steps import Sleep, adrive, drive
 from .declarations import DeclaresOptions, settings_from_url
 from .failures import DriverErrors
 from .migrations import Migration
@@ -149,18 +149,7 @@ def script(source: LuaScript, keys: tuple[str, ...], args: tuple[Any, ...]) -> R
 def run(steps: RedisSteps[T], client: SyncClient, store: object) -> T:
     """Drive ``steps`` with a sync client, in this thread (``store`` is what a layout
     migration is given)."""
-    try:
-        request = next(steps)
-        while True:
-            try:
-                reply = _do(request, client, store)
-            except Exception as exc:
-                request = steps.throw(exc)
-            else:
-                request = steps.send(reply)
-    except StopIteration as stop:
-        result: T = stop.value
-        return result
+    return drive(steps, lambda request: _do(request, client, store))
 
 
 def _do(request: RedisRequest | Sleep, client: SyncClient, store: object) -> Any:
@@ -196,18 +185,7 @@ def run_script(
 async def arun(steps: RedisSteps[T], client: AsyncClient, store: object) -> T:
     """Drive ``steps`` with a ``redis.asyncio`` client: every request awaited, pauses are
     ``asyncio.sleep``, so the event loop never waits on Redis."""
-    try:
-        request = next(steps)
-        while True:
-            try:
-                reply = await _ado(request, client, store)
-            except Exception as exc:
-                request = steps.throw(exc)
-            else:
-                request = steps.send(reply)
-    except StopIteration as stop:
-        result: T = stop.value
-        return result
+    return await adrive(steps, lambda request: _ado(request, client, store))
 
 
 async def _ado(request: RedisRequest | Sleep, client: AsyncClient, store: object) -> Any:
@@ -270,6 +248,9 @@ def driver_target(
         )
     settings, driver_query = settings_from_url(store, parts.query, options)
     driver_options = {**_DRIVER_DEFAULTS, **{k: v for k, v in options.items() if k not in settings}}
+    _check_client_options(
+        store, [*(name for name, _ in driver_query), *options.keys() - settings.keys()]
+    )
     driver_url = urlunsplit(
         (
             _CLUSTER_SCHEMES.get(scheme, scheme),
@@ -280,6 +261,31 @@ def driver_target(
         )
     )
     return settings, driver_url, driver_options, scheme in _CLUSTER_SCHEMES
+
+
+def _check_client_options(store: DeclaresOptions, names: list[str]) -> None:
+    """Refuse, when the store is opened, an option that is neither the store's nor one a
+    redis-py client, connection pool or connection takes (redis-py itself would raise a
+    TypeError at the first command)."""
+    redis = driver("redis.cluster")
+    accepted: set[str] = set()
+    for target in (
+        redis.Redis.__init__,
+        redis.cluster.RedisCluster.__init__,
+        redis.connection.ConnectionPool.__init__,
+        redis.connection.Connection.__init__,
+        redis.connection.SSLConnection.__init__,
+        redis.connection.UnixDomainSocketConnection.__init__,
+        getattr(redis.connection, "AbstractConnection", redis.connection.Connection).__init__,
+    ):
+        accepted.update(inspect.signature(target).parameters)
+    unknown = sorted({name for name in names if name not in accepted})
+    if unknown:
+        known = ", ".join(option.name for option in store.url_options)
+        raise ConfigurationError(
+            f"store URL option {unknown[0]!r} is neither a Redis store option ({known}) nor "
+            "an option of redis-py's client, connection pool or connection"
+        )
 
 
 def retry(retry_class: Any, errors: tuple[type[BaseException], ...]) -> Any:

@@ -22,6 +22,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from ..aio import AsyncChatMemory
 from ..engine import ChatMemory
 from ..errors import ConfigurationError
+from ..steps import adrive, drive
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -107,18 +108,7 @@ def run_sync(memory: AnyMemory, steps: MemorySteps[T], where: str, instead: str)
 
 
 def _run(steps: MemorySteps[T], memory: ChatMemory) -> T:
-    try:
-        step = next(steps)
-        while True:
-            try:
-                answer = getattr(memory, step.name)(*step.args, **step.kwargs)
-            except Exception as exc:
-                step = steps.throw(exc)
-            else:
-                step = steps.send(answer)
-    except StopIteration as stop:
-        result: T = stop.value
-        return result
+    return drive(steps, lambda step: getattr(memory, step.name)(*step.args, **step.kwargs))
 
 
 async def arun_memory(steps: MemorySteps[T], memory: AnyMemory) -> T:
@@ -127,18 +117,10 @@ async def arun_memory(steps: MemorySteps[T], memory: AnyMemory) -> T:
     so the loop never waits on it."""
     if isinstance(memory, ChatMemory):
         return await asyncio.to_thread(_run, steps, memory)
-    try:
-        step = next(steps)
-        while True:
-            try:
-                answer = await getattr(memory, step.name)(*step.args, **step.kwargs)
-            except Exception as exc:
-                step = steps.throw(exc)
-            else:
-                step = steps.send(answer)
-    except StopIteration as stop:
-        result: T = stop.value
-        return result
+    async_memory = memory
+    return await adrive(
+        steps, lambda step: getattr(async_memory, step.name)(*step.args, **step.kwargs)
+    )
 
 
 __all__ = [
