@@ -20,7 +20,7 @@ from chat_memory import ChatMemory, ConfigurationError, Event, MemoryConfig, ope
 from chat_memory.components import memory_node, memory_settings
 from chat_memory.events import Window
 from chat_memory.strategies import Cut, Strategy, StrategySettings, registry, strategy_names
-from tests.test_extending import DOC, doc_section, install, named_blocks
+from tests.support.extending_doc import DOC, doc_section, install, named_blocks
 
 STRATEGY_BLOCKS = named_blocks(doc_section("A strategy"))
 PLUGIN = "acme_keep_newest_turns"

@@ -22,14 +22,12 @@ no driver is imported before it is needed.
 
 from __future__ import annotations
 
-import importlib
 import logging
-import pkgutil
 import threading
-from importlib import metadata
 from typing import TYPE_CHECKING, TypeVar
 
 from ..errors import ConfigurationError
+from ..plugins import import_modules_of, load_entry_points
 
 if TYPE_CHECKING:
     from .aio import AsyncStore
@@ -137,37 +135,20 @@ def _load() -> None:
     with _load_lock:
         if _loaded:
             return
-        package = importlib.import_module(__package__ or "chat_memory.backends")
-        for module in pkgutil.iter_modules(package.__path__):
-            # importing a module that holds no store (base, migrations…) registers nothing
-            if not module.name.startswith("_"):
-                importlib.import_module(f"{package.__name__}.{module.name}")
-        for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
-            _load_plugin(entry_point)
+        import_modules_of(__package__ or "chat_memory.backends")
+        load_entry_points(
+            ENTRY_POINT_GROUP,
+            "store",
+            "a Store or AsyncStore subclass declaring schemes",
+            _is_registered,
+        )
         _loaded = True
 
 
-def _load_plugin(entry_point: metadata.EntryPoint) -> None:
-    """Import a plugin's store; a broken plugin is logged and skipped, so that it cannot take
-    the other stores down with it. Importing the class registers it (its base class's
-    ``__init_subclass__`` does), so the registry needs to know no store type."""
-    try:
-        loaded = entry_point.load()
-    except Exception as exc:  # any import failure of third-party code
-        log.warning(
-            "chat-memory: store plugin %r could not be loaded: %s: %s",
-            entry_point.value,
-            type(exc).__name__,
-            exc,
-        )
-        return
-    registered = (*_by_scheme.values(), *_async_by_scheme.values())
-    if not any(loaded is cls for cls in registered):
-        log.warning(
-            "chat-memory: store plugin %r is not a Store or AsyncStore subclass declaring "
-            "schemes; skipped",
-            entry_point.value,
-        )
+def _is_registered(loaded: object) -> bool:
+    # importing the class registered it (its base class's __init_subclass__ did), so the
+    # registry needs to know no store type
+    return any(loaded is cls for cls in (*_by_scheme.values(), *_async_by_scheme.values()))
 
 
 def _qualified(cls: type) -> str:

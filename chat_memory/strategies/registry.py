@@ -15,14 +15,12 @@ order of registration."""
 
 from __future__ import annotations
 
-import importlib
 import logging
-import pkgutil
 import threading
-from importlib import metadata
 from typing import TYPE_CHECKING, Any
 
 from ..errors import ConfigurationError
+from ..plugins import import_modules_of, load_entry_points
 from ..settings_model import SettingsModel, setting_name
 
 if TYPE_CHECKING:
@@ -130,11 +128,7 @@ def _load_builtins() -> None:
     with _load_lock:
         if _builtins_loaded:
             return
-        package = importlib.import_module(__package__ or "chat_memory.strategies")
-        for module in pkgutil.iter_modules(package.__path__):
-            # importing a module that defines no strategy (base, registry) registers nothing
-            if not module.name.startswith("_"):
-                importlib.import_module(f"{package.__name__}.{module.name}")
+        import_modules_of(__package__ or "chat_memory.strategies")
         _builtins_loaded = True
 
 
@@ -145,30 +139,15 @@ def _load_plugins() -> None:
     with _load_lock:
         if _plugins_loaded:
             return
-        for entry_point in metadata.entry_points(group=ENTRY_POINT_GROUP):
-            _load_plugin(entry_point)
+        load_entry_points(
+            ENTRY_POINT_GROUP, "strategy", "a Strategy subclass with a name", _is_registered
+        )
         _plugins_loaded = True
 
 
-def _load_plugin(entry_point: metadata.EntryPoint) -> None:
-    """Import a plugin's strategy (defining it registers it); a broken plugin is logged and
-    skipped, so that it cannot take the other strategies down with it."""
-    try:
-        loaded = entry_point.load()
-    except Exception as exc:  # any import failure of third-party code, a name clash included
-        log.warning(
-            "chat-memory: strategy plugin %r could not be loaded: %s: %s",
-            entry_point.value,
-            type(exc).__name__,
-            exc,
-        )
-        return
+def _is_registered(loaded: object) -> bool:
     name = getattr(loaded, "name", None)
-    if not (isinstance(loaded, type) and isinstance(name, str) and _REGISTRY.get(name) is loaded):
-        log.warning(
-            "chat-memory: strategy plugin %r is not a Strategy subclass with a name; skipped",
-            entry_point.value,
-        )
+    return isinstance(loaded, type) and isinstance(name, str) and _REGISTRY.get(name) is loaded
 
 
 def _qualified(cls: type) -> str:
