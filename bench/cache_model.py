@@ -1,4 +1,4 @@
-"""The prompt-caching workload, shared by bench/bench_cache.py and tests/test_prompt_cache.py:
+"""The prompt-caching workload, shared by bench/bench_cache.py and tests/engine/test_prompt_cache.py:
 a deterministic agent transcript, its replay through chat-memory (one request per model
 step, rendered with ``to_anthropic``), and a model of Anthropic's prefix cache that prices
 each request.
@@ -282,7 +282,7 @@ def keep_facts(previous: str | None, events: list[Event], upcoming: list[Event])
 
 def unreachable(memory: ChatMemory, cid: str, facts: Sequence[Fact]) -> list[str]:
     """Key terms of the facts neither in the window (summary included) nor on the first page
-    of ``conversation_search`` for the key term (tests/test_recall.py's check)."""
+    of ``conversation_search`` for the key term (tests/engine/test_recall.py's check)."""
     window = "\n".join(e.text() for e in memory.window(cid))
     tool = memory.search_tool(cid)
     return [

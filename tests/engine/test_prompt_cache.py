@@ -169,7 +169,7 @@ def test_turn_window_of_ten_with_the_recommended_settings_is_served_from_the_cac
     )
     baseline, _, _ = run_chat_memory(turns, today, cache=False)
     # recommended: the defaults (compact_to_ratio 0.5, cache breakpoints on); the archive cap
-    # is raised so that recall measures compaction, not the storage cap (as tests/test_recall.py)
+    # is raised so that recall measures compaction, not the storage cap (as tests/engine/test_recall.py)
     recommended = MemoryConfig(
         compaction_strategy="turn_window", max_turns=10, max_archived_events=100_000
     )

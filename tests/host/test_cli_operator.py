@@ -17,7 +17,7 @@ import pytest
 from chat_memory import ChatMemory, Event, StorageError, open_store
 from chat_memory.host import cli_session
 from chat_memory.host.cli import main
-from tests.test_cli import EXECUTABLE, clean_env, cli, seed
+from tests.host.test_cli import EXECUTABLE, clean_env, cli, seed
 
 
 def run(argv: list[str], capsys) -> tuple[int, str, str]:

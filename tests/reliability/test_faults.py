@@ -214,7 +214,7 @@ class S3Faults:
     def answer(request: Any, status: int, code: str) -> Any:
         from botocore.awsrequest import AWSResponse
 
-        from tests.test_s3_store import _Raw
+        from tests.stores.test_s3 import _Raw
 
         body = f"<Error><Code>{code}</Code><Message>injected</Message></Error>".encode()
         return AWSResponse(request.url, status, {}, _Raw(body))
@@ -407,7 +407,7 @@ def outage_then_recovery(store: Any, summarizer: Switchable, mentions: str) -> N
     """While the summarizer is down every add is stored and nothing is archived; compact()
     raises SummarizerError naming the cause; after it heals the next add compacts. (The
     fallback that archives without a summary after a few failures is put off here, to see
-    the outage itself; tests/test_safety_nets.py covers the fallback.)"""
+    the outage itself; tests/engine/test_safety_nets.py covers the fallback.)"""
     config = memory_config("recursive_summarization").model_copy(
         update={"summarizer_failures_before_fallback": 10}
     )

@@ -1,6 +1,6 @@
 """AsyncSQLStore, the native async SQL store (SQLAlchemy asyncio: aiosqlite, psycopg's async
 mode): sync and async stores sharing one database and its schema, open_async_store's choice,
-errors and lost races. The store protocol on it is tests/test_async_store_conformance.py's,
+errors and lost races. The store protocol on it is tests/stores/test_async_conformance.py's,
 the engine's behaviour over it tests/test_engine*.py's (the ``native`` memory kind)."""
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from chat_memory.backends.sql.aio import async_url
 from chat_memory.backoff import Backoff
 from chat_memory.errors import ConcurrencyError, ConfigurationError, StorageError
 from chat_memory.testing.blocking import run_blocking
+from tests.stores.test_sql import _meta, _pretend_version_1
 from tests.support.helpers import fixed_tokens, turn
-from tests.test_sql_store import _meta, _pretend_version_1
 
 SQL_URLS = ["sqlite_url", pytest.param("postgres_url", marks=pytest.mark.postgres)]
 TURNS = {"compaction_strategy": "turn_window", "max_turns": 2, "compact_to_ratio": 1.0}

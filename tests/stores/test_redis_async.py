@@ -1,7 +1,7 @@
 """The native async Redis store (``redis.asyncio``) on the real redis-server and the real Redis
 Cluster: the sync and async stores sharing one prefix both ways, what ``open_async_store``
 picks, and its faults (server down, a dropped connection, bad options) with no password in any
-message. The store protocol on it is tests/test_async_store_conformance.py's, the engine's
+message. The store protocol on it is tests/stores/test_async_conformance.py's, the engine's
 behaviour over it tests/test_engine*.py's (the ``native`` memory kind)."""
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from chat_memory.errors import ConfigurationError
 from chat_memory.host import ChatWorkflow, default_registry, import_workflow
 from chat_memory.templates import template_source
 from chat_memory.testing.scripted_model import scripted_client
-from tests.test_hostile_input import HOSTILE_TEXT, JSON_VALUES, ON_MEMORY, SCALE
+from tests.reliability.test_hostile_input import HOSTILE_TEXT, JSON_VALUES, ON_MEMORY, SCALE
 
 # -- configs, node parameters and workflows ------------------------------------------------------
 

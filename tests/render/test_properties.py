@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from chat_memory import ChatMemory, Event, EventType, InvalidEventError, to_anthropic, to_openai
 from chat_memory.backends.in_memory import InMemoryStore
 from chat_memory.render import MISSING_RESULT_TEXT
+from tests.engine.test_properties import configs, summarize
 from tests.support.helpers import fixed_tokens
 from tests.support.validators import validate_anthropic_request, validate_openai_messages
-from tests.test_properties import configs, summarize
 
 TEXT = st.text(alphabet=st.sampled_from("ab c\n\t ü🙂"), min_size=0, max_size=12)
 #: a small pool, so that ids repeat; some ids no provider accepts

@@ -36,7 +36,7 @@ class TestNativeAsyncStores(AsyncStoreConformance):
 class TestThreadedStore(AsyncStoreConformance):
     """The suite on ThreadedStore over the in-memory store and SQLite. Threading is
     store-independent (each call is forwarded unchanged to the sync store in a worker, whose
-    own behaviour tests/test_store_conformance.py checks on every backend), so one store
+    own behaviour tests/stores/test_conformance.py checks on every backend), so one store
     without I/O and one with cover what ThreadedStore itself can get wrong."""
 
     @pytest.fixture(params=["memory_store", "sqlite_store"])

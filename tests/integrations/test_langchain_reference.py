@@ -32,8 +32,8 @@ from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
 
 from chat_memory import ChatMemory, EventType, InvalidInputError, MemoryConfig
 from chat_memory.integrations.langchain import ChatMemoryHistory, ChatMemoryMiddleware
+from tests.integrations.test_langchain import ScriptedChatModel, lookup_order, validate
 from tests.support import agent_script
-from tests.test_integrations_langchain import ScriptedChatModel, lookup_order, validate
 
 
 class GraphHistory(InMemoryChatMessageHistory):

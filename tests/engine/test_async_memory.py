@@ -1,7 +1,7 @@
 """AsyncChatMemory and ThreadedStore: async summarizers and tools, bad input, what
 open_async_store picks, and many conversations on one event loop that never stalls it. The
 engine's behaviour on the async API is tests/test_engine*.py's (its threaded and native memory
-kinds); the async store protocol is tests/test_async_store_conformance.py's."""
+kinds); the async store protocol is tests/stores/test_async_conformance.py's."""
 
 from __future__ import annotations
 

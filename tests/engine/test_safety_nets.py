@@ -22,10 +22,10 @@ from chat_memory import (
 from chat_memory.backends.in_memory import InMemoryStore
 from chat_memory.host import Agent
 from chat_memory.testing.scripted_model import ScriptedModel
+from tests.engine.test_anthropic_summarizer import client_with, message
 from tests.fixtures.reliability import is_full
 from tests.support.helpers import fixed_tokens, turn
 from tests.support.validators import validate_anthropic_body
-from tests.test_summarizer import client_with, message
 
 
 def failing(previous, events, upcoming):

@@ -13,8 +13,8 @@ from hypothesis import strategies as st
 from chat_memory import ChatMemory, Event, MemoryConfig
 from chat_memory.backends.in_memory import InMemoryStore
 from chat_memory.errors import SearchError
+from tests.reliability.test_hostile_input import SCALE
 from tests.support.helpers import fixed_tokens
-from tests.test_hostile_input import SCALE
 
 # Few characters, so that keywords often hit; each is tricky for some backend's matcher.
 ALPHABET = "ab AB ßSsİiı̇σςΣ%_*\\[]^$.\x00\u0301\U0001f642"

@@ -1,7 +1,7 @@
 """What only the Redis store promises: its key layout (one hash slot per conversation, any id),
 round trips per call, the archive cap and TTL, retry de-duplication, recovery from a script
 cache flush, and a clear StorageError when the server is gone. The behaviour every store shares
-is in test_engine*.py, test_properties.py and test_multiprocess.py."""
+is in tests/engine/ and tests/stores/test_multiprocess.py."""
 
 from __future__ import annotations
 

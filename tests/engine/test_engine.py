@@ -4,7 +4,7 @@ compare-and-swap of compaction, bad input and bookkeeping. Each test takes ``mem
 (tests/conftest.py: ChatMemory on every store, AsyncChatMemory over ThreadedStore and over
 each native async store, see tests/fixtures/memory_kinds.py), calls it for a memory with the
 suite's defaults, and reaches the store through ``memory.store``. Search is in
-test_engine_search.py, concurrent writers and retried adds in test_engine_concurrency.py."""
+test_search.py, concurrent writers and retried adds in test_concurrency.py."""
 
 from __future__ import annotations
 

@@ -27,8 +27,8 @@ from chat_memory.search import (
     QUOTED_CHARACTERS,
     SearchQuery,
 )
+from tests.reliability.test_hostile_input import SCALE
 from tests.support.helpers import fixed_tokens
-from tests.test_hostile_input import SCALE
 
 COMPACTING = MemoryConfig(compaction_strategy="turn_window", max_turns=2, compact_to_ratio=1.0)
 WORDS = [f"w{i}" for i in range(MAX_TERMS + 1)]

@@ -16,8 +16,8 @@ from chat_memory import AnthropicSummarizer, AsyncChatMemory, ChatMemory, Event,
 from chat_memory.backends.in_memory import InMemoryStore
 from chat_memory.events import EventType
 from chat_memory.summary_state import real_summary_text
+from tests.engine.test_anthropic_summarizer import client_with, message
 from tests.support.helpers import fixed_tokens, turn
-from tests.test_summarizer import client_with, message
 
 RAW = 'Error code: 529 - {"type": "error", "error": {"type": "overloaded_error", "message": "Overloaded"}}'
 SETTINGS = {

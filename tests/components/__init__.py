@@ -1,0 +1,1 @@
+"""The Chat Memory node definitions (chat_memory/components/)."""

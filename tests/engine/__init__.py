@@ -1,0 +1,1 @@
+"""The engine: ChatMemory and AsyncChatMemory, on every memory kind (chat_memory/engine.py, aio.py, decisions.py, compaction.py)."""

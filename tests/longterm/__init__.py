@@ -1,0 +1,1 @@
+"""Long-term memory: the memory tool and its files on every store (chat_memory/longterm/)."""

@@ -1,0 +1,1 @@
+"""What the model sees of the recall tools: conversation_search and fetch_tool_result (chat_memory/tools.py)."""
