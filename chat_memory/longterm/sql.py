@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
-from ..backends.sql.engine import SQL_DRIVER_ERRORS
+from ..backends.sql.connections import SQL_DRIVER_ERRORS
 from ..backends.sql.store import SQLStore
 from .budget import live_limits_hold, versions_to_keep
 from .files import FileEntry, FileVersion, MemoryFiles, StoredFile, size_of

@@ -28,7 +28,7 @@ from ...search import SearchQuery, SearchResult
 from ..aio import AsyncStore
 from ..base import COMPACTION_RECORDS_KEPT, CompactionPlan, Snapshot, check_conversation_id
 from ..declarations import settings_from_url
-from .engine import (
+from .connections import (
     SQL_DRIVER_ERRORS,
     Attempts,
     adopt_engine,

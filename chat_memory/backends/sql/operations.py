@@ -27,7 +27,7 @@ from ...search import RECALL_MARK, MatchMode, SearchQuery, SearchResult, search_
 from ..base import CompactionPlan, Snapshot
 from ..bookkeeping import number, retracted_copy, retraction_targets, split_appended, unstored
 from ..failures import stored_data
-from .engine import lock_schema
+from .connections import lock_schema
 from .schema import build_tables, ensure_schema, row_key, stored_message, stored_search_text
 
 _NOT_ACTIVE = (EventType.SYSTEM.value, EventType.SUMMARY.value)

@@ -24,7 +24,7 @@ from ..base import (
     check_conversation_id,
 )
 from ..declarations import ConnectionField, StoreNode, StoreOption
-from .engine import (
+from .connections import (
     SQL_DRIVER_ERRORS,
     Attempts,
     Transactions,
