@@ -1,5 +1,6 @@
-"""SQLAlchemy engines (connections) for the SQL store: URL options, SQLite tuning, write transactions that take the
-conversation lock up front, and the driver errors that mean "lost a race, try again"."""
+"""SQLAlchemy engines (connections) for the SQL store: URL options, SQLite tuning, write
+transactions that take the conversation lock up front, and the driver errors that mean "lost a
+race, try again"."""
 
 from __future__ import annotations
 
