@@ -18,6 +18,7 @@ STATS_FIELDS = (
     "window_tokens",
     "version",
     "last_compaction_error",
+    "compaction_failures",
 )
 
 

@@ -424,4 +424,5 @@ def test_json_output_of_the_read_commands(url, capsys):
         "window_tokens",
         "version",
         "last_compaction_error",
+        "compaction_failures",
     }
