@@ -18,14 +18,10 @@ from enum import Enum
 from functools import cache
 from typing import Any
 
-from pydantic import (
-    ConfigDict,
-    Field,
-    ModelWrapValidatorHandler,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import ConfigDict, Field, ValidationError, field_validator, model_validator
+
+# not `from pydantic import`: the top-level name is newer than the pydantic>=2.7 we support
+from pydantic.functional_validators import ModelWrapValidatorHandler
 
 from .errors import ConfigurationError
 from .settings_model import (
