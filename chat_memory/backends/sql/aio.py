@@ -37,6 +37,7 @@ from .connections import (
     is_conflict,
     is_in_memory_sqlite,
     prepare_sqlite_engine,
+    read_options,
     shown_url,
     split_url_options,
     url_query,
@@ -175,10 +176,15 @@ class AsyncSQLStore(AsyncStore):
     # -- plumbing ----------------------------------------------------------------------------
 
     @asynccontextmanager
-    async def _transaction(self, *, write: bool) -> AsyncIterator[AsyncConnection]:
+    async def _transaction(
+        self, *, write: bool, one_statement: bool = False
+    ) -> AsyncIterator[AsyncConnection]:
+        options = (
+            write_options(self._dialect) if write else read_options(self._dialect, one_statement)
+        )
         async with self._serialised, self.engine.connect() as connection:
-            if write:
-                await connection.execution_options(**write_options(self._dialect))
+            if options:
+                await connection.execution_options(**options)
             async with connection.begin():
                 yield connection
 
@@ -207,7 +213,8 @@ class AsyncSQLStore(AsyncStore):
 
     async def _read(self, body: Callable[..., T], *args: Any) -> T:
         await self._ready()
-        async with self._transaction(write=False) as connection:
+        one_statement = self.ops.reads_once(body, args)
+        async with self._transaction(write=False, one_statement=one_statement) as connection:
             return await connection.run_sync(body, *args)
 
     # -- writes ------------------------------------------------------------------------------

@@ -194,7 +194,9 @@ def prepare_sqlite_engine(engine: sa.Engine, *, wal: bool = True) -> None:
 
     @event.listens_for(engine, "begin")
     def _begin(connection: sa.Connection) -> None:
-        connection.exec_driver_sql(connection.get_execution_options().get(_BEGIN_OPTION, "BEGIN"))
+        statement = connection.get_execution_options().get(_BEGIN_OPTION, "BEGIN")
+        if statement:  # none for a read of one statement: see read_options
+            connection.exec_driver_sql(statement)
 
 
 class Transactions:
@@ -217,10 +219,12 @@ class Transactions:
         return self._lock if self._lock is not None else nullcontext()
 
     @contextmanager
-    def read(self) -> Iterator[sa.Connection]:
-        """A transaction for reads (a consistent snapshot on SQLite)."""
-        with self._serialised(), self.engine.begin() as connection:
-            yield connection
+    def read(self, *, one_statement: bool = False) -> Iterator[sa.Connection]:
+        """A transaction for reads (a consistent snapshot on SQLite); ``one_statement``: the
+        body runs a single statement (see :func:`read_options`)."""
+        with self._serialised(), self.engine.connect() as connection:
+            with connection.execution_options(**read_options(self.dialect, one_statement)).begin():
+                yield connection
 
     @contextmanager
     def write(self) -> Iterator[sa.Connection]:
@@ -228,6 +232,13 @@ class Transactions:
         with self._serialised(), self.engine.connect() as connection:
             with connection.execution_options(**write_options(self.dialect)).begin():
                 yield connection
+
+
+def read_options(dialect: str, one_statement: bool) -> dict[str, str]:
+    """The execution options of a read transaction. A read of one statement on SQLite sends
+    no BEGIN (nor, then, a real COMMIT): a single SELECT is atomic on its own, and each of
+    BEGIN and COMMIT costs a statement's worth of work (a thread hop each on aiosqlite)."""
+    return {_BEGIN_OPTION: ""} if one_statement and dialect == "sqlite" else {}
 
 
 def write_options(dialect: str) -> dict[str, str]:

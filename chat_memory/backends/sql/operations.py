@@ -14,7 +14,7 @@ import hashlib
 import json
 from collections.abc import Callable, Collection, Sequence
 from contextlib import AbstractContextManager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
 
@@ -29,12 +29,36 @@ from ..bookkeeping import number, retracted_copy, retraction_targets, split_appe
 from ..failures import stored_data
 from .connections import lock_schema
 from .schema import build_tables, ensure_schema, row_key, stored_message, stored_search_text
+from .statements import Statements
 
-_NOT_ACTIVE = (EventType.SYSTEM.value, EventType.SUMMARY.value)
 _TOOL_TYPES = (EventType.TOOL_CALL.value, EventType.TOOL_RESULT.value)
 #: Keys per ``IN (…)`` of a look-up by id: far below every database's limit on bound
 #: parameters (999 on SQLite before 3.32), however large the batch.
 _KEYS_PER_QUERY = 500
+#: About one compaction in this many trims the conversation's compaction records (see
+#: :meth:`SQLOperations._keep_record`): the others write the record alone.
+RECORD_TRIM_EVERY = 8
+#: The reads that are one statement whatever their arguments.
+_ONE_STATEMENT_READS = frozenset({"load", "history", "retracted", "compactions", "conversations"})
+
+
+def trims_records(ref: int, version: int) -> bool:
+    """Whether the compaction that takes conversation row ``ref`` to ``version`` trims its
+    records: a hash, so that any pattern of writes trims about once in
+    :data:`RECORD_TRIM_EVERY` compactions (a rule on the version alone, such as every 8th,
+    could be missed forever by a conversation that compacts every 8th write)."""
+    digest = hashlib.blake2b(f"{ref}:{version}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big") % RECORD_TRIM_EVERY == 0
+
+
+@dataclass(frozen=True)
+class _Row:
+    """The conversation's row as the write transaction that locked it knows it."""
+
+    ref: int
+    version: int
+    last_seq: int
+    archived_count: int
 
 
 def conversation_key(conversation_id: str) -> str:
@@ -47,9 +71,9 @@ def _now() -> datetime:
 
 
 class SQLOperations:
-    """Every store operation over the tables of one prefix,
-    with the statements of every turn built once (constructing a statement costs more than
-    SQLite takes to run it). Writes expect a write transaction (the conversation's row is
+    """Every store operation over the tables of one prefix, running the statements
+    :class:`~chat_memory.backends.sql.statements.Statements` built once (constructing a
+    statement costs more than SQLite takes to run it). Writes expect a write transaction (the conversation's row is
     locked with ``SELECT … FOR UPDATE``; SQLite's ``BEGIN IMMEDIATE`` holds the database
     lock already); reads expect any transaction."""
 
@@ -68,59 +92,9 @@ class SQLOperations:
         #: The archive cap of a plan that names none (None: unbounded).
         self.max_archived_events = max_archived_events
         self.compaction_records_kept = compaction_records_kept
-        conversations, events = tables.conversations, tables.events
-        by_key = conversations.c.conversation_key == sa.bindparam("b_key")
-        self._row = sa.select(conversations).where(by_key)
-        self._row_for_update = self._row.with_for_update()
-        self._bump = (
-            conversations.update()
-            .where(conversations.c.id == sa.bindparam("b_ref"))
-            .values(
-                last_seq=sa.bindparam("b_last_seq"),
-                version=sa.bindparam("b_version"),
-                updated_at=sa.bindparam("b_now"),
-            )
-        )
-        self._swap = (
-            conversations.update()
-            .where(by_key, conversations.c.version == sa.bindparam("expected_version"))
-            .values(
-                version=conversations.c.version + 1,
-                compaction_error=None,
-                compaction_failures=0,
-                updated_at=sa.bindparam("b_now"),
-            )
-        )
-        self._archive_through = (
-            events.update()
-            .where(
-                events.c.conversation_ref == sa.bindparam("b_ref"),
-                events.c.archived == sa.false(),
-                events.c.seq <= sa.bindparam("through_seq"),
-                events.c.type.not_in(_NOT_ACTIVE),
-            )
-            .values(archived=True)
-        )
-        joined = conversations.outerjoin(
-            events,
-            sa.and_(
-                events.c.conversation_ref == conversations.c.id, events.c.archived == sa.false()
-            ),
-        )
-        self.window = (
-            sa.select(
-                conversations.c.version,
-                conversations.c.last_seq,
-                conversations.c.archived_count,
-                conversations.c.compaction_error,
-                conversations.c.compaction_failures,
-                events.c.type,
-                events.c.body,
-            )
-            .select_from(joined)
-            .where(by_key)
-            .order_by(events.c.seq)
-        )
+        self.sql = Statements(tables, compaction_records_kept=compaction_records_kept)
+        #: The one statement that reads a conversation's row and its window rows.
+        self.window = self.sql.window
 
     def _ref(self, cid: str) -> Any:
         conversations = self.tables.conversations
@@ -131,19 +105,18 @@ class SQLOperations:
         )
 
     def _conversation_row(self, connection: sa.Connection, cid: str, *, lock: bool) -> Any:
-        query = self._row_for_update if lock else self._row
+        query = self.sql.row_for_update if lock else self.sql.row
         return connection.execute(query, {"b_key": conversation_key(cid)}).first()
 
-    def _event_rows(
-        self, ref: int, events: Sequence[Event], first_seq: int
-    ) -> list[dict[str, Any]]:
+    def _event_rows(self, ref: int, numbered: Sequence[Event]) -> list[dict[str, Any]]:
+        """The rows of ``numbered``, the stored copies (see :func:`number`): each serialised
+        once, and the copy the caller returns keeps its envelope."""
         rows = []
-        for seq, event in enumerate(events, start=first_seq):
-            stored = event.model_copy(update={"seq": seq, "archived": False})
+        for stored in numbered:
             rows.append(
                 {
                     "conversation_ref": ref,
-                    "seq": seq,
+                    "seq": stored.seq,
                     "type": stored.type.value,
                     "archived": False,
                     "tokens": stored.tokens,
@@ -169,6 +142,18 @@ class SQLOperations:
                 for row in rows
             ]
 
+    def reads_once(self, body: Callable[..., Any], args: Sequence[Any]) -> bool:
+        """Whether the read ``body(connection, *args)`` (one of this class's) runs a single
+        statement, which SQLite runs atomically without BEGIN (see ``read_options``)."""
+        name = getattr(body, "__name__", "")
+        if name in ("find_events", "find_tool_events"):  # (cid, [event_ids,] tool_call_ids)
+            # counted without iterating: the body still has to read the ids
+            id_lists = args[1:]
+            return all(isinstance(ids, Collection) for ids in id_lists) and (
+                sum(len(ids) for ids in id_lists) <= _KEYS_PER_QUERY
+            )
+        return name in _ONE_STATEMENT_READS
+
     # -- schema ------------------------------------------------------------------------------
 
     def ensure_schema(self, connection: sa.Connection) -> None:
@@ -180,7 +165,12 @@ class SQLOperations:
 
     def load(self, connection: sa.Connection, cid: str) -> Snapshot:
         """The conversation's row and its window rows in one statement (see :attr:`window`)."""
-        rows = connection.execute(self.window, {"b_key": conversation_key(cid)}).all()
+        return self._snapshot(
+            cid, connection.execute(self.window, {"b_key": conversation_key(cid)}).all()
+        )
+
+    def _snapshot(self, cid: str, rows: Sequence[Any]) -> Snapshot:
+        """The snapshot of the rows of :attr:`window` (or of the same with the row's id)."""
         if not rows:
             return Snapshot.empty(cid)
         pinned: list[Event] = []
@@ -209,11 +199,7 @@ class SQLOperations:
         )
 
     def history(self, connection: sa.Connection, cid: str) -> list[Event]:
-        events = self.tables.events
-        query = sa.select(events.c.archived, events.c.body).where(
-            events.c.conversation_ref == self._ref(cid)
-        )
-        return self._events(connection.execute(query.order_by(events.c.seq)))
+        return self._events(connection.execute(self.sql.history, {"b_key": conversation_key(cid)}))
 
     def find_tool_events(
         self, connection: sa.Connection, cid: str, tool_call_ids: Collection[str]
@@ -221,6 +207,28 @@ class SQLOperations:
         """By the ``(conversation, call_key)`` index, archived rows included; only the rows of
         the ids asked for are read (each checked against its body)."""
         return self.find_events(connection, cid, (), tool_call_ids)
+
+    def _events_found(
+        self, connection: sa.Connection, cid: str, event_ids: set[str], tool_call_ids: set[str]
+    ) -> list[Event]:
+        """:meth:`find_events` in one statement (the ids fit in one ``IN`` list)."""
+        rows = connection.execute(
+            self.sql.events_by_keys,
+            {
+                "b_key": conversation_key(cid),
+                "b_event_keys": sorted({row_key(i) for i in event_ids}),
+                "b_call_keys": sorted({row_key(i) for i in tool_call_ids}),
+            },
+        )
+        # each row is checked against its body, as the two look-ups of find_events check it;
+        # a tool event may come from both halves
+        found = {
+            e.seq: e
+            for e in self._events(rows)
+            if (e.id in event_ids and not e.archived and e.type is not EventType.SUMMARY)
+            or (e.type.value in _TOOL_TYPES and e.tool_call_id in tool_call_ids)
+        }
+        return sorted(found.values(), key=lambda e: e.seq or 0)
 
     def find_events(
         self,
@@ -231,6 +239,11 @@ class SQLOperations:
     ) -> list[Event]:
         """The window events with one of ``event_ids`` and the tool events (archived included)
         with one of ``tool_call_ids``, by the ``event_key`` and ``call_key`` indexes."""
+        wanted_events, wanted_calls = set(event_ids), set(tool_call_ids)
+        if not wanted_events and not wanted_calls:
+            return []
+        if len(wanted_events) + len(wanted_calls) <= _KEYS_PER_QUERY:
+            return self._events_found(connection, cid, wanted_events, wanted_calls)
         ref = self._conversation_row(connection, cid, lock=False)
         if ref is None:
             return []
@@ -256,17 +269,12 @@ class SQLOperations:
         self, connection: sa.Connection, ref: int, event_ids: Collection[str]
     ) -> dict[str, Event]:
         """The pinned and active events (never the summary) whose id is one of ``event_ids``, by id."""
-        events = self.tables.events
         wanted = set(event_ids)
         found: dict[str, Event] = {}
         for keys in _chunks(sorted({row_key(i) for i in wanted})):
             # the archived flag and the type are checked here, not in SQL: a condition on
             # ``archived`` lets a planner without statistics prefer the window index, a scan
-            rows = connection.execute(
-                sa.select(events.c.archived, events.c.body).where(
-                    events.c.conversation_ref == ref, events.c.event_key.in_(keys)
-                )
-            )
+            rows = connection.execute(self.sql.by_event_key, {"b_ref": ref, "b_keys": keys})
             found.update(
                 (e.id, e)
                 for e in self._events(rows)
@@ -312,25 +320,18 @@ class SQLOperations:
 
     def retracted(self, connection: sa.Connection, cid: str) -> list[Event]:
         """The retracted events, oldest first, from their own table."""
-        retracted = self.tables.retracted
-        query = (
-            sa.select(retracted.c.body)
-            .where(retracted.c.conversation_ref == self._ref(cid))
-            .order_by(retracted.c.seq)
+        bodies = (
+            connection.execute(self.sql.retracted, {"b_key": conversation_key(cid)}).scalars().all()
         )
-        bodies = connection.execute(query).scalars().all()
         with self._stored():
             return [retracted_copy(Event.from_json(body)) for body in bodies]
 
     def compactions(self, connection: sa.Connection, cid: str) -> list[dict[str, Any]]:
-        compactions = self.tables.compactions
-        rows = connection.execute(
-            sa.select(compactions.c.record)
-            .where(compactions.c.conversation_ref == self._ref(cid))
-            .order_by(compactions.c.id)
-        ).scalars()
+        """The newest :attr:`compaction_records_kept` records, oldest first (the table may hold
+        a few older ones between two trims: see :meth:`_keep_record`)."""
+        newest = connection.execute(self.sql.records, {"b_key": conversation_key(cid)}).scalars()
         with self._stored():
-            return [json.loads(record) for record in rows.all()]
+            return [json.loads(record) for record in reversed(newest.all())]
 
     def conversations(self, connection: sa.Connection) -> list[str]:
         return sorted(
@@ -339,66 +340,117 @@ class SQLOperations:
 
     # -- writes ------------------------------------------------------------------------------
 
-    def _locked_row(self, connection: sa.Connection, cid: str) -> tuple[int, int, int, datetime]:
-        """The conversation's row, locked (created at version 0 when missing): (its id, last
-        seq, version, now)."""
-        row = self._conversation_row(connection, cid, lock=True)
+    def _locked(
+        self, connection: sa.Connection, cid: str, *, window: bool
+    ) -> tuple[_Row, Snapshot]:
+        """Lock the conversation's row (created at version 0 when missing) and, with ``window``,
+        read its window. On SQLite, whose write transactions hold the database lock from
+        ``BEGIN IMMEDIATE``, that is one statement; elsewhere ``SELECT … FOR UPDATE`` comes
+        first and the window is read after it, so that it sees every write committed before
+        the lock was granted (a join locked in one statement would not: PostgreSQL rechecks
+        only the locked row). Without ``window`` the snapshot is empty."""
+        key = conversation_key(cid)
+        if window and connection.dialect.name == "sqlite":
+            rows = connection.execute(self.sql.window_of_writer, {"b_key": key}).all()
+            if rows:
+                snapshot = self._snapshot(cid, rows)
+                return _Row(
+                    rows[0].id, snapshot.version, snapshot.last_seq, snapshot.archived_count
+                ), snapshot
+        else:
+            row = connection.execute(self.sql.row_for_update, {"b_key": key}).first()
+            if row is not None:
+                locked = _Row(row.id, row.version, row.last_seq, row.archived_count)
+                if window and row.version:
+                    return locked, self.load(connection, cid)
+                return locked, Snapshot.empty(cid)
+        return self._new_row(connection, cid, key), Snapshot.empty(cid)
+
+    def _new_row(self, connection: sa.Connection, cid: str, key: str) -> _Row:
+        """Insert the conversation's row at version 0 (locked until the transaction ends)."""
         now = _now()
-        if row is not None:
-            return row.id, row.last_seq, row.version, now
-        conversations = self.tables.conversations
         inserted = connection.execute(
-            conversations.insert().values(
-                conversation_key=conversation_key(cid),
-                conversation_id=cid,
-                version=0,
-                last_seq=0,
-                archived_count=0,
-                compaction_failures=0,
-                created_at=now,
-                updated_at=now,
-            )
+            self.sql.new_conversation, {"b_key": key, "b_cid": cid, "b_now": now}
         ).inserted_primary_key
         if inserted is None:  # SQLAlchemy has it for every single-row INSERT
             raise StorageError(f"the database gave no id to the new row of conversation {cid!r}")
-        return inserted[0], 0, 0, now
+        return _Row(inserted[0], 0, 0, 0)
 
-    def append(self, connection: sa.Connection, cid: str, batch: list[Event]) -> Snapshot:
-        """Append ``batch`` (idempotent per event id) and return the snapshot right after it."""
-        ref, last_seq, version, now = self._locked_row(connection, cid)
-        # read under the row lock: the id check and the insert are one atomic step
-        before = self.load(connection, cid) if version else Snapshot.empty(cid)
+    def _locked_with_ids(
+        self, connection: sa.Connection, cid: str, batch: list[Event]
+    ) -> tuple[_Row, dict[str, Event]]:
+        """On SQLite (the write transaction holds the lock since BEGIN): the row, and the
+        batch's events already in the window by id, in one statement (see :meth:`_locked`)."""
+        key = conversation_key(cid)
+        wanted = {e.id for e in batch}
+        rows = connection.execute(
+            self.sql.ids_of_writer, {"b_key": key, "b_keys": sorted({row_key(i) for i in wanted})}
+        ).all()
+        if not rows:
+            return self._new_row(connection, cid, key), {}
+        head = rows[0]
+        found = {
+            e.id: e
+            for e in self._events(row for row in rows if row.body is not None)
+            if e.id in wanted and not e.archived and e.type is not EventType.SUMMARY
+        }
+        return _Row(head.id, head.version, head.last_seq, head.archived_count), found
+
+    def _bump(self, connection: sa.Connection, row: _Row) -> None:
+        """The append's one UPDATE of the conversation's row: its version and last seq."""
+        connection.execute(
+            self.sql.bump_row,
+            {
+                "b_ref": row.ref,
+                "b_last_seq": row.last_seq,
+                "b_version": row.version,
+                "b_now": _now(),
+            },
+        )
+
+    def _appended(
+        self, connection: sa.Connection, cid: str, batch: list[Event]
+    ) -> tuple[_Row, Snapshot, bool]:
+        """Lock the row, read the window and insert the batch's events not stored yet (the id
+        check and the insert are one atomic step under the lock). Returns the row as the
+        append leaves it, the snapshot right after the append, and whether the row's UPDATE is
+        still to be written: the caller writes it, alone or with a compaction's changes."""
+        locked, before = self._locked(connection, cid, window=True)
         window = before.window
         fresh = unstored(batch, (*window.pinned, *window.active))
         if batch and not fresh:
-            return before
+            return locked, before, False
+        numbered = number(fresh, locked.last_seq)
         if fresh:
-            connection.execute(
-                self.tables.events.insert(), self._event_rows(ref, fresh, last_seq + 1)
-            )
-        connection.execute(
-            self._bump,
-            {
-                "b_ref": ref,
-                "b_last_seq": last_seq + len(fresh),
-                "b_version": version + 1,
-                "b_now": now,
-            },
-        )
-        pinned, real = split_appended(number(fresh, last_seq))
+            connection.execute(self.sql.insert_events, self._event_rows(locked.ref, numbered))
+        after = replace(locked, version=locked.version + 1, last_seq=locked.last_seq + len(fresh))
+        pinned, real = split_appended(numbered)
         if pinned:  # a system event may supersede an older pin: rare, so read the result back
-            self._unpin_superseded(connection, ref)
-            return self.load(connection, cid)
-        return replace(
-            before,
-            version=version + 1,
-            last_seq=last_seq + len(fresh),
-            window=Window(
-                pinned=(*window.pinned, *pinned),
-                summary=window.summary,
-                active=(*window.active, *real),
+            self._bump(connection, after)
+            self._unpin_superseded(connection, locked.ref)
+            snapshot = self.load(connection, cid)
+            return replace(after, archived_count=snapshot.archived_count), snapshot, False
+        return (
+            after,
+            replace(
+                before,
+                version=after.version,
+                last_seq=after.last_seq,
+                window=Window(
+                    pinned=window.pinned,
+                    summary=window.summary,
+                    active=(*window.active, *real),
+                ),
             ),
+            True,
         )
+
+    def append(self, connection: sa.Connection, cid: str, batch: list[Event]) -> Snapshot:
+        """Append ``batch`` (idempotent per event id) and return the snapshot right after it."""
+        row, snapshot, unwritten = self._appended(connection, cid, batch)
+        if unwritten:
+            self._bump(connection, row)
+        return snapshot
 
     def append_without_window(
         self, connection: sa.Connection, cid: str, batch: list[Event]
@@ -406,29 +458,27 @@ class SQLOperations:
         """Append ``batch`` like :meth:`append` (idempotent per event id against the window, under
         the row lock) and return the stored copy of each of its events, without reading the
         window: the batch's ids are looked up by the ``event_key`` index."""
-        ref, last_seq, version, now = self._locked_row(connection, cid)
-        before = (
-            self._window_events_by_id(connection, ref, [e.id for e in batch]) if version else {}
-        )
+        if connection.dialect.name == "sqlite" and len(batch) <= _KEYS_PER_QUERY:
+            locked, before = self._locked_with_ids(connection, cid, batch)
+        else:
+            locked, _ = self._locked(connection, cid, window=False)
+            before = (
+                self._window_events_by_id(connection, locked.ref, [e.id for e in batch])
+                if locked.version
+                else {}
+            )
         fresh = [e for e in unstored(batch, ()) if e.id not in before]
         if batch and not fresh:
             return [before[e.id] for e in batch]
-        numbered = number(fresh, last_seq)
+        numbered = number(fresh, locked.last_seq)
         if fresh:
-            connection.execute(
-                self.tables.events.insert(), self._event_rows(ref, fresh, last_seq + 1)
-            )
-        connection.execute(
-            self._bump,
-            {
-                "b_ref": ref,
-                "b_last_seq": last_seq + len(fresh),
-                "b_version": version + 1,
-                "b_now": now,
-            },
+            connection.execute(self.sql.insert_events, self._event_rows(locked.ref, numbered))
+        self._bump(
+            connection,
+            replace(locked, version=locked.version + 1, last_seq=locked.last_seq + len(fresh)),
         )
         if any(e.type is EventType.SYSTEM for e in fresh):
-            self._unpin_superseded(connection, ref)
+            self._unpin_superseded(connection, locked.ref)
         stored = {e.id: e for e in numbered}
         return [before.get(e.id) or stored[e.id] for e in batch]
 
@@ -440,10 +490,16 @@ class SQLOperations:
         planner: Callable[[Snapshot], CompactionPlan | None],
     ) -> tuple[Snapshot, bool]:
         """Append, then apply the planner's plan in the same transaction: the row stays locked
-        since the append, so the compare-and-swap cannot lose."""
-        snapshot = self.append(connection, cid, batch)
+        since the append, so the compare-and-swap cannot lose; the append's and the
+        compaction's changes of the row are one UPDATE."""
+        row, snapshot, unwritten = self._appended(connection, cid, batch)
         plan = planner(snapshot)
-        return snapshot, plan is not None and self.apply(connection, cid, plan)
+        applied = plan is not None and plan.expected_version == row.version
+        if plan is not None and applied:
+            self._compact(connection, row, plan)
+        elif unwritten:
+            self._bump(connection, row)
+        return snapshot, applied
 
     def _unpin_superseded(self, connection: sa.Connection, ref: int) -> None:
         """Archive the pinned events a newer one with the same pin key supersedes (the
@@ -471,90 +527,76 @@ class SQLOperations:
         )
 
     def apply(self, connection: sa.Connection, cid: str, plan: CompactionPlan) -> bool:
-        """A compaction as a compare-and-swap on the version; False (nothing changed) when
-        another write got there first."""
-        conversations, events = self.tables.conversations, self.tables.events
+        """A compaction as a compare-and-swap on the version, checked on the locked row; False
+        (nothing changed) when another write got there first."""
+        row = connection.execute(self.sql.row_for_update, {"b_key": conversation_key(cid)}).first()
+        if row is None or row.version != plan.expected_version:
+            return False
+        self._compact(connection, _Row(row.id, row.version, row.last_seq, row.archived_count), plan)
+        return True
+
+    def _compact(self, connection: sa.Connection, row: _Row, plan: CompactionPlan) -> None:
+        """Apply ``plan`` to the locked ``row`` (whose version it expects): archive, store the
+        summary, trim the archive, write the row once (the next version, the counters, no
+        compaction error) and keep the record. Nothing is read back: the row is locked."""
         cap = (
             plan.max_archived_events
             if plan.max_archived_events is not None
             else self.max_archived_events
         )
-        swapped = connection.execute(
-            self._swap,
-            {
-                "b_key": conversation_key(cid),
-                "expected_version": plan.expected_version,
-                "b_now": _now(),
-            },
-        )
-        if swapped.rowcount != 1:
-            return False
-        row = self._conversation_row(connection, cid, lock=False)
-        of_conversation = events.c.conversation_ref == row.id
+        ref, last_seq = row.ref, row.last_seq
         archived = connection.execute(
-            self._archive_through, {"b_ref": row.id, "through_seq": plan.archive_through_seq}
+            self.sql.archive_through, {"b_ref": ref, "through_seq": plan.archive_through_seq}
         ).rowcount
-        last_seq, summary_seq = row.last_seq, row.summary_seq
         if plan.summary is not None:
-            archived += connection.execute(
-                events.update()
-                .where(
-                    of_conversation,
-                    events.c.archived == sa.false(),
-                    events.c.type == EventType.SUMMARY.value,
-                )
-                .values(archived=True)
-            ).rowcount
+            archived += connection.execute(self.sql.archive_summary, {"b_ref": ref}).rowcount
             last_seq += 1
-            summary_seq = last_seq
-            connection.execute(events.insert(), self._event_rows(row.id, [plan.summary], last_seq))
+            summary = number([plan.summary], row.last_seq)
+            connection.execute(self.sql.insert_events, self._event_rows(ref, summary))
         archived_count = row.archived_count + archived
         if cap is not None and archived_count > cap:
-            archived_count -= self._trim(connection, row.id, archived_count - cap)
-        connection.execute(
-            conversations.update()
-            .where(conversations.c.id == row.id)
-            .values(last_seq=last_seq, summary_seq=summary_seq, archived_count=archived_count)
-        )
+            archived_count -= self._trim(connection, ref, archived_count - cap)
+        values = {
+            "b_ref": ref,
+            "b_version": row.version + 1,
+            "b_last_seq": last_seq,
+            "b_archived_count": archived_count,
+            "b_now": _now(),
+        }
+        if plan.summary is None:
+            connection.execute(self.sql.compacted, values)
+        else:
+            connection.execute(
+                self.sql.compacted_with_summary, {**values, "b_summary_seq": last_seq}
+            )
         if plan.record is not None:
-            self._keep_record(connection, row.id, plan.record)
-        return True
+            self._keep_record(connection, ref, row.version + 1, plan.record)
 
-    def _keep_record(self, connection: sa.Connection, ref: int, record: dict[str, Any]) -> None:
-        """Insert a compaction record and drop the conversation's records beyond the newest
-        :attr:`compaction_records_kept`."""
-        compactions = self.tables.compactions
-        connection.execute(
-            compactions.insert().values(conversation_ref=ref, record=json.dumps(record))
-        )
+    def _keep_record(
+        self, connection: sa.Connection, ref: int, version: int, record: dict[str, Any]
+    ) -> None:
+        """Insert a compaction record and, about once in :data:`RECORD_TRIM_EVERY` writes, drop
+        the conversation's records beyond the newest :attr:`compaction_records_kept`.
+        :meth:`compactions` reads only the newest ones, so what it returns keeps the bound;
+        the table holds a few more between two trims. Which writes trim is a hash of the row
+        and the version: deterministic, yet no regular pattern of writes can avoid it."""
+        connection.execute(self.sql.insert_record, {"b_ref": ref, "b_record": json.dumps(record)})
+        if not trims_records(ref, version):
+            return
         oldest_kept = connection.execute(
-            sa.select(compactions.c.id)
-            .where(compactions.c.conversation_ref == ref)
-            .order_by(compactions.c.id.desc())
-            .offset(self.compaction_records_kept - 1)
-            .limit(1)
+            self.sql.oldest_kept_record, {"b_ref": ref}
         ).scalar_one_or_none()
         if oldest_kept is not None:
-            connection.execute(
-                compactions.delete().where(
-                    compactions.c.conversation_ref == ref, compactions.c.id < oldest_kept
-                )
-            )
+            connection.execute(self.sql.drop_records, {"b_ref": ref, "b_id": oldest_kept})
 
     def _trim(self, connection: sa.Connection, ref: int, excess: int) -> int:
         """Delete the ``excess`` oldest archived events; returns how many were deleted."""
-        events = self.tables.events
-        archive = sa.and_(events.c.conversation_ref == ref, events.c.archived == sa.true())
         through = connection.execute(
-            sa.select(events.c.seq)
-            .where(archive)
-            .order_by(events.c.seq)
-            .offset(excess - 1)
-            .limit(1)
+            self.sql.oldest_archived, {"b_ref": ref, "b_skip": excess - 1}
         ).scalar_one_or_none()
         if through is None:
             return 0
-        return connection.execute(events.delete().where(archive, events.c.seq <= through)).rowcount
+        return connection.execute(self.sql.drop_archived, {"b_ref": ref, "b_seq": through}).rowcount
 
     def retract(
         self, connection: sa.Connection, cid: str, event_ids: Collection[str]

@@ -20,7 +20,9 @@ Eight tables, named with a configurable prefix (default ``chat_memory_``):
   moved out of ``<prefix>events`` whole (seq, type, body), so that no window, history,
   search or index query of the events table has to leave them out.
 - ``<prefix>compactions`` (since schema version 2): the records of a conversation's newest
-  compactions (JSON), written in the compaction's own transaction.
+  compactions (JSON), written in the compaction's own transaction. Older ones are deleted
+  now and then, not at every compaction (``SQLOperations._keep_record``): the table may hold
+  a few beyond the ones ``compactions()`` returns.
 - since schema version 2 too, three for long-term memory (:mod:`chat_memory.longterm.sql`):
   ``<prefix>memory_namespaces`` (one row per namespace: its revision, locked by every commit),
   ``<prefix>memory_files`` (the current files) and ``<prefix>memory_versions`` (every change).

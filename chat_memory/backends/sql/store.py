@@ -181,7 +181,7 @@ class SQLStore(AppendsWithoutWindow, CompactsWhileAppending, Retracts, Store):
 
     def _read(self, body: Callable[..., T], *args: Any) -> T:
         self._ready()
-        with self._tx.read() as connection:
+        with self._tx.read(one_statement=self.ops.reads_once(body, args)) as connection:
             return body(connection, *args)
 
     def window_query(self, conversation_id: str) -> sa.Select[Any]:

@@ -1,0 +1,190 @@
+"""The SQL store's statements, built once per set of tables with bound parameters: building a
+statement (and its cache key) costs more than SQLite takes to run it, while a prebuilt one is
+found in SQLAlchemy's compiled cache at once. :class:`~chat_memory.backends.sql.operations.SQLOperations`
+runs them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import sqlalchemy as sa
+
+from ...events import EventType
+from .schema import Tables
+
+_NOT_ACTIVE = (EventType.SYSTEM.value, EventType.SUMMARY.value)
+
+
+class Statements:
+    """The statements of every turn (and of the reads) over ``tables``. Parameters are named
+    ``b_…``; ``IN`` lists are expanding parameters."""
+
+    def __init__(self, tables: Tables, *, compaction_records_kept: int) -> None:
+        conversations, events = tables.conversations, tables.events
+        by_key = conversations.c.conversation_key == sa.bindparam("b_key")
+        self.row = sa.select(conversations).where(by_key)
+        self.row_for_update = self.row.with_for_update()
+        self.bump_row = (
+            conversations.update()
+            .where(conversations.c.id == sa.bindparam("b_ref"))
+            .values(
+                last_seq=sa.bindparam("b_last_seq"),
+                version=sa.bindparam("b_version"),
+                updated_at=sa.bindparam("b_now"),
+            )
+        )
+        self.archive_through = (
+            events.update()
+            .where(
+                events.c.conversation_ref == sa.bindparam("b_ref"),
+                events.c.archived == sa.false(),
+                events.c.seq <= sa.bindparam("through_seq"),
+                events.c.type.not_in(_NOT_ACTIVE),
+            )
+            .values(archived=True)
+        )
+        joined = conversations.outerjoin(
+            events,
+            sa.and_(
+                events.c.conversation_ref == conversations.c.id, events.c.archived == sa.false()
+            ),
+        )
+        window_columns = (
+            conversations.c.version,
+            conversations.c.last_seq,
+            conversations.c.archived_count,
+            conversations.c.compaction_error,
+            conversations.c.compaction_failures,
+            events.c.type,
+            events.c.body,
+        )
+        self.window = (
+            sa.select(*window_columns).select_from(joined).where(by_key).order_by(events.c.seq)
+        )
+        # the window with the row's id: where the write transaction already holds the lock
+        # (SQLite's BEGIN IMMEDIATE), an append's locked read and its window read are one
+        self.window_of_writer = (
+            sa.select(conversations.c.id, *window_columns)
+            .select_from(joined)
+            .where(by_key)
+            .order_by(events.c.seq)
+        )
+        # the same for an append that does not read the window: the row and the batch's ids
+        with_ids = conversations.outerjoin(
+            events,
+            sa.and_(
+                events.c.conversation_ref == conversations.c.id,
+                events.c.event_key.in_(sa.bindparam("b_keys", expanding=True)),
+            ),
+        )
+        self.ids_of_writer = (
+            sa.select(
+                conversations.c.id,
+                conversations.c.version,
+                conversations.c.last_seq,
+                conversations.c.archived_count,
+                events.c.archived,
+                events.c.body,
+            )
+            .select_from(with_ids)
+            .where(by_key)
+        )
+        compactions, retracted = tables.compactions, tables.retracted
+        of_key = (
+            sa.select(conversations.c.id)
+            .where(conversations.c.conversation_key == sa.bindparam("b_key"))
+            .scalar_subquery()
+        )
+        self.new_conversation = conversations.insert().values(
+            conversation_key=sa.bindparam("b_key"),
+            conversation_id=sa.bindparam("b_cid"),
+            version=0,
+            last_seq=0,
+            archived_count=0,
+            compaction_failures=0,
+            created_at=sa.bindparam("b_now"),
+            updated_at=sa.bindparam("b_now"),
+        )
+        self.insert_events = events.insert()
+        compacted: dict[str, Any] = {
+            "version": sa.bindparam("b_version"),
+            "last_seq": sa.bindparam("b_last_seq"),
+            "archived_count": sa.bindparam("b_archived_count"),
+            "compaction_error": None,
+            "compaction_failures": 0,
+            "updated_at": sa.bindparam("b_now"),
+        }
+        by_ref = conversations.c.id == sa.bindparam("b_ref")
+        # a compaction's one UPDATE of the row: the version, counters and error together
+        self.compacted = conversations.update().where(by_ref).values(**compacted)
+        self.compacted_with_summary = (
+            conversations.update()
+            .where(by_ref)
+            .values(**compacted, summary_seq=sa.bindparam("b_summary_seq"))
+        )
+        of_ref = events.c.conversation_ref == sa.bindparam("b_ref")
+        self.archive_summary = (
+            events.update()
+            .where(
+                of_ref,
+                events.c.archived == sa.false(),
+                events.c.type == EventType.SUMMARY.value,
+            )
+            .values(archived=True)
+        )
+        archive = sa.and_(of_ref, events.c.archived == sa.true())
+        self.oldest_archived = (
+            sa.select(events.c.seq)
+            .where(archive)
+            .order_by(events.c.seq)
+            .offset(sa.bindparam("b_skip"))
+            .limit(1)
+        )
+        self.drop_archived = events.delete().where(archive, events.c.seq <= sa.bindparam("b_seq"))
+        of_record_ref = compactions.c.conversation_ref == sa.bindparam("b_ref")
+        self.insert_record = compactions.insert().values(
+            conversation_ref=sa.bindparam("b_ref"), record=sa.bindparam("b_record")
+        )
+        self.oldest_kept_record = (
+            sa.select(compactions.c.id)
+            .where(of_record_ref)
+            .order_by(compactions.c.id.desc())
+            .offset(compaction_records_kept - 1)
+            .limit(1)
+        )
+        self.drop_records = compactions.delete().where(
+            of_record_ref, compactions.c.id < sa.bindparam("b_id")
+        )
+        # the newest records only: the table may hold a few more between two trims
+        self.records = (
+            sa.select(compactions.c.record)
+            .where(compactions.c.conversation_ref == of_key)
+            .order_by(compactions.c.id.desc())
+            .limit(compaction_records_kept)
+        )
+        self.by_event_key = sa.select(events.c.archived, events.c.body).where(
+            of_ref, events.c.event_key.in_(sa.bindparam("b_keys", expanding=True))
+        )
+        # the tool-pair check's look-up: the batch's ids and call ids in one statement (a
+        # UNION ALL, not an OR: each half is an index search, where SQLite would scan the
+        # conversation's rows for the OR)
+        self.events_by_keys = sa.union_all(
+            sa.select(events.c.archived, events.c.body).where(
+                events.c.conversation_ref == of_key,
+                events.c.event_key.in_(sa.bindparam("b_event_keys", expanding=True)),
+            ),
+            sa.select(events.c.archived, events.c.body).where(
+                events.c.conversation_ref == of_key,
+                events.c.call_key.in_(sa.bindparam("b_call_keys", expanding=True)),
+            ),
+        )
+        self.history = (
+            sa.select(events.c.archived, events.c.body)
+            .where(events.c.conversation_ref == of_key)
+            .order_by(events.c.seq)
+        )
+        self.retracted = (
+            sa.select(retracted.c.body)
+            .where(retracted.c.conversation_ref == of_key)
+            .order_by(retracted.c.seq)
+        )
