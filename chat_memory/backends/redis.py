@@ -3,7 +3,7 @@ on a single Redis server or on Redis Cluster.
 
 Layout, per conversation, under a configurable prefix (default ``chat-memory:``)::
 
-    <prefix>{<digest>}:meta      hash: cid, version, last_seq, error, summary
+    <prefix>{<digest>}:meta      hash: cid, epoch, version, last_seq, error, summary
     <prefix>{<digest>}:pinned    list of system events
     <prefix>{<digest>}:active    list of active real events
     <prefix>{<digest>}:archive   sorted set of archived events, scored by seq
@@ -18,7 +18,10 @@ Layout, per conversation, under a configurable prefix (default ``chat-memory:``)
 ``*``, ``:``…) it can neither break the ``{…}`` hash tag nor collide with another id's keys;
 every key of a conversation lands in one hash slot. The id itself is kept in ``meta`` (and
 checked there, so a digest collision is refused rather than mixed up) and in the registry.
-Stored elements are ``"<seq>:<event JSON>"``.
+Stored elements are ``"<seq>:<event JSON>"``. ``epoch`` is set when a conversation is
+created (a clear or an expiry deletes it), so (epoch, version) names one state of a window: a
+store keeps its last window of each conversation it used, and a read or an append whose held
+window is still current gets back the bookkeeping (and the batch's seqs), not the window.
 
 The layout, the scripts' arguments and the replies are shared with the async store
 (:class:`~chat_memory.backends.redis_sansio.RedisSansIO`, the I/O-free half), and so is the

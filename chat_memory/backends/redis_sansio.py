@@ -16,8 +16,10 @@ anything but its client.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
+import threading
 import uuid
 from abc import ABC, abstractmethod
 from collections.abc import Collection, Sequence
@@ -74,6 +76,10 @@ _SUFFIXES = (
 #: Items of the reply of ``window()`` (prelude.lua): version, last seq, error, summary, pinned,
 #: active, archive size, failed compactions; a script that returns more puts it after these.
 _WINDOW_REPLY = 8
+#: How many conversations' last windows a store keeps (its own last read or write of each), so
+#: that a read or an append the copy is still current for is answered without the window
+#: (``window_unless`` in prelude.lua). The events are shared with the snapshots handed out.
+WINDOWS_KEPT = 256
 #: The key layout's version and its migrations (N -> N+1), each called with the store (an
 #: async store awaits what a migration returns). Data written before the layout key existed
 #: is layout 1.
@@ -123,6 +129,31 @@ def _event(element: bytes | str, archived: bool = False, retracted: bool = False
     )
 
 
+def _stored(envelope: str, seq: int) -> Event:
+    """The stored copy of an event appended as ``envelope`` with ``seq``: what reading back
+    its element (``"<seq>:<envelope>"``) gives, without the round trip."""
+    return Event.from_json(envelope).model_copy(
+        update={"seq": seq, "archived": False, "retracted": False}
+    )
+
+
+def _with_batch(window: Window, batch: Sequence[tuple[Event, str]], seqs: Sequence[Any]) -> Window:
+    """``window`` followed by the events of ``batch`` (each with the envelope sent) that got a
+    seq (``seqs``, one per event, 0 for an event stored before): the window after an append
+    that added no pinned event."""
+    added = [_stored(envelope, int(seq)) for (_, envelope), seq in zip(batch, seqs) if int(seq)]
+    if not added:
+        return window
+    return Window(pinned=window.pinned, summary=window.summary, active=(*window.active, *added))
+
+
+def _element_seq(element: bytes | str) -> int:
+    """The seq an element (``"<seq>:<envelope>"``) starts with."""
+    if isinstance(element, bytes):
+        return int(element[: element.index(b":")])
+    return int(element[: element.index(":")])
+
+
 def _id_prefix(event_id: str) -> str:
     """How an envelope starts for an event of this id (``{"id":"…"``), the ``ids`` index's key."""
     return envelope_id_prefix(Event.user("").model_copy(update={"id": event_id}).to_json())
@@ -132,7 +163,12 @@ class RedisSansIO(ABC, Generic[ClientT]):
     """The I/O-free half of the Redis stores (see the module docstring), over a client of
     type ``ClientT``. ``prefix`` namespaces every key (no ``{`` or ``}``);
     ``max_archived_events`` caps the archive when a plan names no cap (None: unbounded);
-    ``ttl_seconds`` expires a whole conversation that long after its last write."""
+    ``ttl_seconds`` expires a whole conversation that long after its last write.
+
+    A store holds its last window of each of the :data:`WINDOWS_KEPT` conversations it used
+    last: a window read or an append whose held window is still current (the script compares
+    the conversation's epoch and version, atomically) gets back only the bookkeeping and the
+    batch's seqs, and nothing is parsed but the batch; any other write, by anyone, is seen."""
 
     schemes: ClassVar[tuple[str, ...]] = SCHEMES
     extra: ClassVar[str | None] = "redis"
@@ -169,6 +205,9 @@ class RedisSansIO(ABC, Generic[ClientT]):
         self._owns_client = owns_client
         self._closed = False
         self._registry = f"{prefix}conversations"
+        # conversation id -> (epoch, the last snapshot this store read or wrote), oldest first
+        self._windows: dict[str, tuple[str, Snapshot]] = {}
+        self._windows_lock = threading.Lock()
 
     @abstractmethod
     def _is_cluster(self, client: ClientT) -> bool:
@@ -263,34 +302,95 @@ class RedisSansIO(ABC, Generic[ClientT]):
 
     # -- reading -----------------------------------------------------------------------------
 
-    def _snapshot(self, cid: str, reply: list[Any]) -> Snapshot:
+    # -- the windows this store holds ---------------------------------------------------------
+
+    def _held(self, cid: str) -> tuple[str, Snapshot] | None:
+        """This store's last snapshot of ``cid`` and its epoch (taken before a request: another
+        thread may replace it before the reply comes)."""
+        with self._windows_lock:
+            return self._windows.get(cid)
+
+    @staticmethod
+    def _held_args(held: tuple[str, Snapshot] | None) -> tuple[str, str]:
+        """The epoch and version a script compares with the stored ones ('' and '': none)."""
+        return (held[0], str(held[1].version)) if held else ("", "")
+
+    def _hold(self, cid: str, epoch: bytes | str, snapshot: Snapshot) -> Snapshot:
+        """Keep ``snapshot`` as this store's copy of ``cid`` (not when the conversation has no
+        epoch: written by an older chat-memory, or not stored); returns it."""
+        epoch = _text(epoch)
+        with self._windows_lock:
+            self._windows.pop(cid, None)
+            if epoch:
+                self._windows[cid] = (epoch, snapshot)
+                if len(self._windows) > WINDOWS_KEPT:
+                    del self._windows[next(iter(self._windows))]
+        return snapshot
+
+    def _snapshot(
+        self,
+        cid: str,
+        reply: list[Any],
+        held: tuple[str, Snapshot] | None = None,
+        batch: Sequence[tuple[Event, str]] = (),
+    ) -> Snapshot:
+        """The snapshot in a reply of ``window()`` (its eight items: every element parsed) or of
+        ``window_unless`` and an append, which say how to read it and are kept as this store's
+        copy (``'same'``: the held window; ``'tail'``: the held window plus the batch's events
+        that got a seq, from the envelopes sent; ``'full'``: the elements, each parsed unless
+        the held window of the same epoch has its seq — an element never changes while its
+        conversation exists)."""
         version, last_seq, error, summary, pinned, active, archived_count, failures = reply[
             :_WINDOW_REPLY
         ]
+        mode, epoch = (
+            (_text(reply[_WINDOW_REPLY]), _text(reply[_WINDOW_REPLY + 1]))
+            if len(reply) > _WINDOW_REPLY
+            else ("full", "")
+        )
+        if mode == "full":
+            reuse: dict[int, Event] = {}
+            if held is not None and held[0] == epoch:
+                reuse = {e.seq or 0: e for e in held[1].window.events()}
+
+            def parsed(element: bytes | str) -> Event:
+                kept = reuse.get(_element_seq(element))
+                return kept if kept is not None else _event(element)
+
+            window = Window(
+                pinned=tuple(parsed(e) for e in pinned),
+                summary=parsed(summary) if summary else None,
+                active=tuple(parsed(e) for e in active),
+            )
+        else:
+            # 'same' or 'tail' (the seqs of the batch in place of the active elements)
+            assert held is not None, f"a {mode!r} reply to a store that held no window"
+            window = (
+                _with_batch(held[1].window, batch, active) if mode == "tail" else held[1].window
+            )
         error_text = _text(error)
-        return Snapshot(
+        snapshot = Snapshot(
             conversation_id=cid,
             version=int(version),
             last_seq=int(last_seq),
-            window=Window(
-                pinned=tuple(_event(e) for e in pinned),
-                summary=_event(summary) if summary else None,
-                active=tuple(_event(e) for e in active),
-            ),
+            window=window,
             archived_count=int(archived_count),
             compaction_error=error_text[1:] if error_text else None,
             compaction_failures=int(failures),
         )
+        return self._hold(cid, epoch, snapshot) if len(reply) > _WINDOW_REPLY else snapshot
 
     def _load_steps(self, conversation_id: str) -> RedisSteps[Snapshot]:
         cid = check_conversation_id(conversation_id)
-        return self._snapshot(cid, (yield from self._run_steps("load", cid)))
+        held = self._held(cid)
+        reply = yield from self._run_steps("load", cid, *self._held_args(held))
+        return self._snapshot(cid, reply, held)
 
     def _history_steps(self, conversation_id: str) -> RedisSteps[list[Event]]:
         cid = check_conversation_id(conversation_id)
         reply = yield from self._run_steps("history", cid)
         events = [
-            *self._snapshot(cid, reply).window.events(),
+            *self._snapshot(cid, reply[:_WINDOW_REPLY]).window.events(),
             *(_event(e, archived=True) for e in reply[_WINDOW_REPLY]),
         ]
         return sorted(events, key=lambda e: e.seq or 0)
@@ -398,14 +498,23 @@ class RedisSansIO(ABC, Generic[ClientT]):
     # -- writing -----------------------------------------------------------------------------
 
     def _append_script_steps(
-        self, cid: str, events: Sequence[Event], reply: str
-    ) -> RedisSteps[list[Any]]:
-        """One append script call (``reply``: ``"w"`` the window, ``"b"`` the batch's seqs).
-        The whole batch goes in one call, so it is stored whole or not at all; the script
-        itself never hands Redis more than 1,000 arguments per command."""
+        self,
+        cid: str,
+        events: Sequence[Event],
+        reply: str,
+        held: tuple[str, Snapshot] | None,
+    ) -> RedisSteps[tuple[list[Any], list[tuple[Event, str]]]]:
+        """One append script call (``reply``: ``"w"`` the window, ``"b"`` the batch's seqs),
+        and each event with the envelope sent (each event is serialised once). The whole batch
+        goes in one call, so it is stored whole or not at all; the script itself never hands
+        Redis more than 1,000 arguments per command."""
+        if held is not None:
+            reply = f"{reply}:{held[0]}:{held[1].version}"
         args: list[Any] = [cid, self._ttl, uuid.uuid4().hex, reply]
+        batch: list[tuple[Event, str]] = []
         for event in events:
             envelope = event.to_json()
+            batch.append((event, envelope))
             if event.type is EventType.SYSTEM:
                 args += ["p", envelope, "", envelope_id_prefix(envelope)]
             else:
@@ -413,24 +522,38 @@ class RedisSansIO(ABC, Generic[ClientT]):
         found: list[Any] = yield from self._run_steps("append", cid, *args)
         if found[0] and self.cluster:
             yield from command("sadd", self._registry, cid)
-        return found
+        return found, batch
 
     def _append_steps(self, conversation_id: str, events: Sequence[Event]) -> RedisSteps[Snapshot]:
         cid = check_conversation_id(conversation_id)
-        _, reply = yield from self._append_script_steps(cid, events, "w")
-        return self._snapshot(cid, reply)
+        held = self._held(cid)
+        (_, reply), batch = yield from self._append_script_steps(cid, events, "w", held)
+        return self._snapshot(cid, reply, held, batch)
 
     def _append_without_window_steps(
         self, conversation_id: str, events: Sequence[Event]
     ) -> RedisSteps[list[Event]]:
         cid = check_conversation_id(conversation_id)
-        _, _, _, seqs, existing = yield from self._append_script_steps(cid, events, "b")
+        held = self._held(cid)
+        found, batch = yield from self._append_script_steps(cid, events, "b", held)
+        _, version, last_seq, seqs, existing, mode, epoch = found
         stored: list[Event | None] = []
         for event, seq, element in zip(events, seqs, existing):
             if int(seq):
                 stored.append(event.model_copy(update={"seq": int(seq), "archived": False}))
             else:
                 stored.append(_event(element) if element else None)
+        if held is not None and _text(mode) == "tail":
+            # the held window plus this batch is the window now: keep it for the next read (only
+            # its window and version are ever used again)
+            window = _with_batch(held[1].window, batch, seqs)
+            self._hold(
+                cid,
+                epoch,
+                dataclasses.replace(
+                    held[1], version=int(version), last_seq=int(last_seq), window=window
+                ),
+            )
         if any(e is None for e in stored):
             # a request retried after a lost reply whose events a compaction moved since: rare,
             # so read the history for them
@@ -447,6 +570,7 @@ class RedisSansIO(ABC, Generic[ClientT]):
 
     def _apply_steps(self, conversation_id: str, plan: CompactionPlan) -> RedisSteps[bool]:
         cid = check_conversation_id(conversation_id)
+        held = self._held(cid)
         cap = (
             plan.max_archived_events
             if plan.max_archived_events is not None
@@ -467,7 +591,35 @@ class RedisSansIO(ABC, Generic[ClientT]):
             record,
             self.compaction_records_kept,
         )
-        return bool((yield from self._run_steps("apply", cid, *args)))
+        applied = yield from self._run_steps("apply", cid, *args)
+        if not applied:
+            return False
+        _, epoch, summary_seq = applied
+        if (
+            held is not None
+            and held[1].version == plan.expected_version
+            and held[0] == _text(epoch)
+        ):
+            # the held window was the one compacted: the window now is it without the archived
+            # events, under the new summary (if any), and the next read gets back nothing else
+            window, seq = held[1].window, int(summary_seq)
+            self._hold(
+                cid,
+                epoch,
+                dataclasses.replace(
+                    held[1],
+                    version=plan.expected_version + 1,
+                    last_seq=max(held[1].last_seq, seq),
+                    window=Window(
+                        pinned=window.pinned,
+                        summary=_stored(summary, seq) if seq else window.summary,
+                        active=tuple(
+                            e for e in window.active if (e.seq or 0) > plan.archive_through_seq
+                        ),
+                    ),
+                ),
+            )
+        return True
 
     def _record_error_steps(self, conversation_id: str, message: str | None) -> RedisSteps[None]:
         cid = check_conversation_id(conversation_id)

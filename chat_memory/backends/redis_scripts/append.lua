@@ -1,12 +1,20 @@
 -- Append a batch, whole or not at all, at any size.
 -- ARGV: conversation id, ttl, request token, reply ('w': the window after the append; 'b': only
--- the batch's seqs), then (kind "p"|"a", envelope, folded text, id prefix) per event; the id
--- prefix is how the envelope starts ('{"id":"…"').
+-- the batch's seqs; either may be followed by ':<epoch>:<version>' of the window the caller
+-- holds), then (kind "p"|"a", envelope, folded text, id prefix) per event; the id prefix is how
+-- the envelope starts ('{"id":"…"').
+-- Reply: {created, the window as window_unless gives it, but 'tail' in place of 'same' and the
+-- batch's seqs in place of the active elements} for 'w'; {created, version, last seq, the
+-- batch's seqs, the elements of those stored before, 'tail' or 'full', epoch} for 'b'.
 -- Everything that can fail is checked before the first write (Redis keeps the writes a script
 -- made before a failing command), and every command takes at most CHUNK arguments.
 local HEADER = 4
-local cid, ttl, token, reply = ARGV[1], tonumber(ARGV[2]), ARGV[3], ARGV[4]
-if (#ARGV - HEADER) % 4 ~= 0 or not ttl or (reply ~= 'w' and reply ~= 'b') then
+local cid, ttl, token = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local reply, known_epoch, known_version = string.match(ARGV[4], '^([wb])$'), '', ''
+if not reply then
+  reply, known_epoch, known_version = string.match(ARGV[4], '^([wb]):(%x+):(%d+)$')
+end
+if (#ARGV - HEADER) % 4 ~= 0 or not ttl or not reply then
   return redis.error_reply('chat-memory: malformed append arguments')
 end
 for i = HEADER + 1, #ARGV, 4 do
@@ -23,8 +31,11 @@ if owner and owner ~= cid then
   return redis.error_reply('chat-memory: two conversation ids share one key digest')
 end
 
-local state = redis.call('HMGET', meta, 'last_seq', 'indexed', 'version', 'calls_indexed')
+local state = redis.call('HMGET', meta, 'last_seq', 'indexed', 'version', 'calls_indexed', 'epoch')
 local last = tonumber(state[1] or '0')
+local epoch = state[5]
+-- the caller's copy of the window is the window before this append (see window_unless)
+local copy_current = known_epoch ~= '' and epoch == known_epoch and state[3] == known_version
 -- The id index covers what was appended through meta.indexed. Behind (data written before the
 -- index existed, or by an older chat-memory), it is rebuilt from the window once: derived data,
 -- so building it first leaves nothing half-done if this append is refused below.
@@ -126,16 +137,29 @@ for k = 1, #batch_ids do
   end
 end
 
+-- With the caller's copy current and no pinned event added (a pin may supersede another), the
+-- window after the append is that copy plus the batch's new active events: the reply then
+-- says 'tail' and carries the batch's seqs in place of the active elements (the caller has
+-- the envelopes), so an append sends back its batch, not the window.
 local function answer(created)
+  local tail = copy_current and #new_pinned == 0
   if reply == 'w' then
-    return {created, window()}
+    if tail then
+      local m = redis.call('HMGET', meta, 'version', 'last_seq', 'error', 'failures')
+      return {created, {m[1] or '0', m[2] or '0', m[3] and ('!' .. m[3]) or '', '', {}, seqs,
+        redis.call('ZCARD', archive), m[4] or '0', 'tail', epoch or ''}}
+    end
+    local result = window()
+    result[9] = 'full'
+    result[10] = epoch or ''
+    return {created, result}
   end
   local counters = redis.call('HMGET', meta, 'version', 'last_seq')
   local flat = {}
   for k = 1, #batch_ids do
     flat[#flat + 1] = existing[k] or ''
   end
-  return {created, counters[1] or '0', counters[2] or '0', seqs, flat}
+  return {created, counters[1] or '0', counters[2] or '0', seqs, flat, tail and 'tail' or 'full', epoch or ''}
 end
 
 -- A request retried after a lost reply (the first attempt went through) must not append twice.
@@ -180,6 +204,10 @@ if #new_pinned > 0 then
   end
 end
 redis.call('HSET', meta, 'cid', cid, 'last_seq', last, 'indexed', last, 'calls_indexed', last)
+if not epoch then
+  epoch = token
+  redis.call('HSET', meta, 'epoch', epoch)
+end
 redis.call('HINCRBY', meta, 'version', 1)
 redis.call('ZADD', recent, last, token)
 redis.call('ZREMRANGEBYRANK', recent, 0, -17)

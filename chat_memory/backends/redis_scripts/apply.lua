@@ -1,6 +1,8 @@
 -- Compare-and-swap compaction.
 -- ARGV: expected version, archive-through seq, summary envelope ('' for none), archive cap ('' for none), ttl,
 -- compaction record JSON ('' for none), how many records to keep.
+-- Reply: 0 when the version was not the expected one (nothing written), else {1, the
+-- conversation's epoch, the new summary's seq or 0}.
 local expected, through, summary, cap, ttl = tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], ARGV[4], tonumber(ARGV[5])
 local record, records_kept = ARGV[6], tonumber(ARGV[7])
 local version = redis.call('HGET', meta, 'version')
@@ -23,12 +25,14 @@ while true do
   gone[#gone + 1] = id_of(head)
 end
 chunked('HDEL', ids, gone)
+local summary_seq = 0
 if summary ~= '' then
   local previous = redis.call('HGET', meta, 'summary')
   if previous then
     redis.call('ZADD', archive, seq_of(previous), previous)
   end
   local seq = redis.call('HINCRBY', meta, 'last_seq', 1)
+  summary_seq = seq
   -- a summary is in neither index: an index that was complete stays so
   for _, field in ipairs({'indexed', 'calls_indexed'}) do
     if tonumber(redis.call('HGET', meta, field) or '-1') == seq - 1 then
@@ -63,4 +67,4 @@ end
 redis.call('HINCRBY', meta, 'version', 1)
 redis.call('HDEL', meta, 'error', 'failures')
 refresh_ttl(ttl)
-return 1
+return {1, redis.call('HGET', meta, 'epoch') or '', summary_seq}

@@ -38,6 +38,23 @@ local function window()
   }
 end
 
+-- The window for a caller that holds a copy of it, known by (epoch, version): meta.epoch is set
+-- when a conversation is created (a clear or an expiry deletes it, so a conversation re-created
+-- at the same version has another) and every write of the pinned events, summary or active
+-- events bumps the version. When the copy is current the pinned, summary and active items are
+-- left empty; either way two items follow the window's eight: 'same' or 'full', and the epoch.
+local function window_unless(epoch, version)
+  local m = redis.call('HMGET', meta, 'version', 'epoch')
+  if epoch ~= '' and m[2] == epoch and m[1] == version then
+    local f = redis.call('HMGET', meta, 'last_seq', 'error', 'failures')
+    return {m[1], f[1] or '0', f[2] and ('!' .. f[2]) or '', '', {}, {}, redis.call('ZCARD', archive), f[3] or '0', 'same', m[2]}
+  end
+  local result = window()
+  result[9] = 'full'
+  result[10] = m[2] or ''
+  return result
+end
+
 -- Every write keeps the whole conversation alive for another ttl seconds (0: no expiry).
 local function refresh_ttl(ttl)
   if ttl > 0 then
