@@ -7,9 +7,10 @@ import uuid
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from enum import Enum
-from typing import Any
+from functools import _CacheInfo, lru_cache
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 
 class EventType(str, Enum):
@@ -37,6 +38,28 @@ def _utcnow() -> datetime:
     return datetime.now(timezone.utc)
 
 
+_UTC = timezone.utc
+
+
+def _as_utc(value: datetime) -> datetime:
+    """``created_at`` in UTC: a naive time is taken as UTC, an aware one converted (its
+    ``tzinfo`` becomes :data:`datetime.timezone.utc` itself, whatever pydantic parsed)."""
+    zone = value.tzinfo
+    if zone is _UTC:
+        return value
+    if zone is None:
+        return value.replace(tzinfo=_UTC)
+    try:
+        return value.astimezone(_UTC)
+    except OverflowError:
+        raise ValueError(f"created_at ({value.isoformat()}) is out of range in UTC") from None
+
+
+# A plain function validator (not a classmethod ``field_validator``): pydantic-core calls it
+# without binding a class, and a time already in ``timezone.utc`` returns at once.
+_UtcDatetime = Annotated[datetime, AfterValidator(_as_utc)]
+
+
 class Event(BaseModel):
     """One stored item of a conversation.
 
@@ -56,22 +79,12 @@ class Event(BaseModel):
     tool_name: str | None = None
     arguments: dict[str, Any] | None = None
     is_error: bool = False
-    created_at: datetime = Field(default_factory=_utcnow)
+    created_at: _UtcDatetime = Field(default_factory=_utcnow)
     metadata: dict[str, Any] = Field(default_factory=dict)
     seq: int | None = None
     archived: bool = False
     retracted: bool = False
     tokens: int | None = None
-
-    @field_validator("created_at")
-    @classmethod
-    def _as_utc(cls, value: datetime) -> datetime:
-        if value.tzinfo is None:
-            return value.replace(tzinfo=timezone.utc)
-        try:
-            return value.astimezone(timezone.utc)
-        except OverflowError:
-            raise ValueError(f"created_at ({value.isoformat()}) is out of range in UTC") from None
 
     # -- constructors -------------------------------------------------------------------
 
@@ -158,16 +171,97 @@ class Event(BaseModel):
 
     @classmethod
     def from_json(cls, data: str | bytes) -> Event:
-        """Read an envelope written by :meth:`to_json`."""
+        """Read an envelope written by :meth:`to_json`.
+
+        A small envelope (see :data:`PARSE_CACHE_MAX_LENGTH`) read a second time is cached:
+        the last :data:`PARSE_CACHE_ENTRIES` of them map to their events, so a window read
+        again returns the same frozen events, ``metadata`` and ``arguments`` dicts included
+        (treat events as read-only). An envelope seen once (a new event's round trip, a
+        history read through) is parsed without evicting the window's. What is refused is
+        refused every time, with the same error."""
+        if (
+            cls is Event
+            and (type(data) is str or type(data) is bytes)  # not bytearray…: unhashable
+            and len(data) <= PARSE_CACHE_MAX_LENGTH
+        ):
+            key = hash(data)  # str and bytes keep it: the cache's lookup does not hash again
+            if key in _SEEN:
+                try:
+                    return _parse_cached(data)
+                except _Uncached as uncached:
+                    return uncached.event
+            if len(_SEEN) >= _SEEN_LIMIT:
+                _SEEN.clear()
+            _SEEN.add(key)
         return cls.model_validate_json(data)
+
+
+PARSE_CACHE_ENTRIES = 1024
+"""How many envelopes :meth:`Event.from_json` keeps parsed (least recently used go first)."""
+
+PARSE_CACHE_MAX_LENGTH = 2048
+"""The longest envelope (``len`` of the ``str`` or ``bytes``) :meth:`Event.from_json`
+caches. An event with ``metadata`` or ``arguments`` is kept only if its envelope holds at
+most :data:`PARSE_CACHE_MAX_CONTAINERS` ``{`` and ``[`` and :data:`PARSE_CACHE_MAX_ITEMS`
+commas, so that its dicts, lists and values (which cost many times their text) stay few.
+One entry then holds at most about 16 KiB (for 2,048 four-byte characters: the text, the
+UTF-8 copy parsing leaves on it, and the event's content), the whole cache 16 MiB; a
+typical 300-character envelope costs about 1.7 KiB (tests/engine/test_event_costs.py
+measures both)."""
+
+PARSE_CACHE_MAX_CONTAINERS = 32
+"""The most ``{`` and ``[`` in an envelope :meth:`Event.from_json` caches."""
+
+PARSE_CACHE_MAX_ITEMS = 128
+"""The most commas in an envelope :meth:`Event.from_json` caches (an envelope has 12)."""
+
+_SEEN: set[int] = set()
+"""The hashes of envelopes :meth:`Event.from_json` has parsed once (a collision only
+caches an envelope on its first sighting); emptied when it reaches ``_SEEN_LIMIT``."""
+
+_SEEN_LIMIT = 2 * PARSE_CACHE_ENTRIES
+
+
+class _Uncached(Exception):
+    """Raised by :func:`_parse_cached` with an event it must not keep (``functools``
+    caches no call that raises)."""
+
+    def __init__(self, event: Event) -> None:
+        super().__init__()
+        self.event = event
+
+
+@lru_cache(maxsize=PARSE_CACHE_ENTRIES)
+def _parse_cached(data: str | bytes) -> Event:
+    event = Event.model_validate_json(data)
+    if event.metadata or event.arguments:  # counted only here: most events hold neither
+        if isinstance(data, str):
+            containers, items = data.count("{") + data.count("["), data.count(",")
+        else:
+            containers, items = data.count(b"{") + data.count(b"["), data.count(b",")
+        if containers > PARSE_CACHE_MAX_CONTAINERS or items > PARSE_CACHE_MAX_ITEMS:
+            raise _Uncached(event)
+    return event
+
+
+def parse_cache_info() -> _CacheInfo:
+    """Hits, misses and size of :meth:`Event.from_json`'s cache (``functools`` cache info)."""
+    return _parse_cached.cache_info()
+
+
+def clear_parse_cache() -> None:
+    """Forget every envelope :meth:`Event.from_json` has cached or seen."""
+    _parse_cached.cache_clear()
+    _SEEN.clear()
 
 
 def split_turns(events: Sequence[Event]) -> list[list[Event]]:
     """Group real events into turns: each ``user`` event starts one; real events before the
     first ``user`` event form one leading turn."""
     turns: list[list[Event]] = []
+    user = EventType.USER  # a local: an enum member is slow to look up on its class
     for event in events:
-        if event.type is EventType.USER or not turns:
+        if event.type is user or not turns:
             turns.append([event])
         else:
             turns[-1].append(event)
@@ -176,7 +270,8 @@ def split_turns(events: Sequence[Event]) -> list[list[Event]]:
 
 def turn_starts(events: Sequence[Event]) -> list[int]:
     """Indexes in ``events`` where a turn starts (always includes 0 when not empty)."""
-    return [i for i, e in enumerate(events) if i == 0 or e.type is EventType.USER]
+    user = EventType.USER  # a local: an enum member is slow to look up on its class
+    return [i for i, e in enumerate(events) if i == 0 or e.type is user]
 
 
 class Window(BaseModel):

@@ -8,6 +8,7 @@ stores that keep envelopes as text).
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
+from typing import Any
 
 from ..errors import InvalidInputError
 from ..events import Event, EventType
@@ -16,19 +17,16 @@ from ..events import Event, EventType
 def tool_events(events: Iterable[Event], tool_call_ids: Collection[str]) -> list[Event]:
     """The tool calls and results among ``events`` whose ``tool_call_id`` is one of ``tool_call_ids``."""
     wanted = set(tool_call_ids)
-    return [
-        e
-        for e in events
-        if e.type in (EventType.TOOL_CALL, EventType.TOOL_RESULT) and e.tool_call_id in wanted
-    ]
+    return [e for e in events if e.type in _TOOL_TYPES and e.tool_call_id in wanted]
 
 
 def split_appended(events: Iterable[Event]) -> tuple[list[Event], list[Event]]:
     """Split events to append into (pinned system events, real events)."""
     pinned: list[Event] = []
     real: list[Event] = []
+    system = EventType.SYSTEM  # a local: an enum member is slow to look up on its class
     for event in events:
-        (pinned if event.type is EventType.SYSTEM else real).append(event)
+        (pinned if event.type is system else real).append(event)
     return pinned, real
 
 
@@ -65,13 +63,61 @@ def tool_call_fragment(tool_call_id: str) -> str:
 def number(events: Sequence[Event], after_seq: int) -> list[Event]:
     """Copies of ``events`` with consecutive seq values starting after ``after_seq``."""
     return [
-        e.model_copy(update={"seq": after_seq + i, "archived": False, "retracted": False})
+        replaced(e, {"seq": after_seq + i, "archived": False, "retracted": False})
         for i, e in enumerate(events, start=1)
     ]
 
 
 def archived_copy(event: Event) -> Event:
-    return event.model_copy(update={"archived": True})
+    """The copy of an event the archive keeps (the event itself when archived already)."""
+    return replaced(event, {"archived": True})
+
+
+def replaced(event: Event, changes: dict[str, Any]) -> Event:
+    """``event.model_copy(update=changes)``, for the store-assigned fields, made cheaper:
+    ``event`` itself when every change is a value it holds already (and a field it set), else
+    a shallow copy that shares its ``model_fields_set`` with every copy setting the same
+    fields (a frozen event never changes that set; ``model_copy`` copies it before adding to
+    it). Like ``model_copy``, the changes are not validated."""
+    fields = event.__dict__
+    owned = event.__pydantic_fields_set__
+    for name, value in changes.items():
+        held = fields[name]
+        if held != value or type(held) is not type(value) or name not in owned:
+            break
+    else:
+        return event
+    if (
+        type(event) is not Event
+        or event.__pydantic_extra__ is not None
+        or event.__pydantic_private__ is not None
+    ):
+        return event.model_copy(update=changes)
+    copied = _new_event(Event)
+    _set(copied, "__dict__", {**fields, **changes})
+    _set(copied, "__pydantic_extra__", None)
+    _set(copied, "__pydantic_fields_set__", _shared_fields_set(owned, changes))
+    _set(copied, "__pydantic_private__", None)
+    return copied
+
+
+def _shared_fields_set(owned: set[str], changes: dict[str, Any]) -> set[str]:
+    if _SHARED_BY_ID.get(id(owned)) is owned and owned.issuperset(changes):
+        return owned  # a shared set already, and the changes add no name to it
+    key = frozenset(owned.union(changes))
+    shared = _FIELDS_SETS.get(key)
+    if shared is None:
+        # at most one set per combination of Event's 13 field names; kept for good, so
+        # that the ids in _SHARED_BY_ID are never reused
+        shared = _FIELDS_SETS.setdefault(key, set(key))
+        _SHARED_BY_ID[id(shared)] = shared
+    return shared
+
+
+_FIELDS_SETS: dict[frozenset[str], set[str]] = {}
+_SHARED_BY_ID: dict[int, set[str]] = {}
+_new_event = object.__new__
+_set = object.__setattr__
 
 
 def retraction_targets(events: Iterable[Event], event_ids: Collection[str]) -> list[Event]:
@@ -101,7 +147,7 @@ def retraction_targets(events: Iterable[Event], event_ids: Collection[str]) -> l
 
 def retracted_copy(event: Event) -> Event:
     """The copy of an event a retraction keeps (and returns): out of the window and archive."""
-    return event.model_copy(update={"archived": False, "retracted": True})
+    return replaced(event, {"archived": False, "retracted": True})
 
 
 _TOOL_TYPES = (EventType.TOOL_CALL, EventType.TOOL_RESULT)

@@ -26,6 +26,7 @@ from .base import (
 from .bookkeeping import (
     archived_copy,
     number,
+    replaced,
     retracted_copy,
     retraction_targets,
     split_appended,
@@ -221,9 +222,7 @@ class InMemoryStore(AppendsWithoutWindow, CompactsWhileAppending, Retracts, Stor
                 if conv.summary is not None:
                     conv.archive.append(archived_copy(conv.summary))
                 conv.last_seq += 1
-                conv.summary = plan.summary.model_copy(
-                    update={"seq": conv.last_seq, "archived": False}
-                )
+                conv.summary = replaced(plan.summary, {"seq": conv.last_seq, "archived": False})
                 # keep the archive in seq order: a replaced summary can be newer than archived events
                 conv.archive = deque(sorted(conv.archive, key=lambda e: e.seq or 0))
             cap = self.archive_cap(plan)
