@@ -34,7 +34,7 @@ from ..events import Event, EventType, Window
 from ..search import MatchMode, SearchQuery, SearchResult, search_text
 from ..steps import Sleep
 from .base import COMPACTION_RECORDS_KEPT, CompactionPlan, Snapshot, check_conversation_id
-from .bookkeeping import envelope_id_prefix, tool_call_fragment, tool_events
+from .bookkeeping import envelope_id_prefix, replaced, tool_call_fragment, tool_events
 from .declarations import StoreOption
 from .failures import DriverErrors
 from .migrations import StoredFormat
@@ -124,17 +124,15 @@ def _text(value: bytes | str) -> str:
 
 def _event(element: bytes | str, archived: bool = False, retracted: bool = False) -> Event:
     seq, _, envelope = _text(element).partition(":")
-    return Event.from_json(envelope).model_copy(
-        update={"seq": int(seq), "archived": archived, "retracted": retracted}
+    return replaced(
+        Event.from_json(envelope), {"seq": int(seq), "archived": archived, "retracted": retracted}
     )
 
 
 def _stored(envelope: str, seq: int) -> Event:
     """The stored copy of an event appended as ``envelope`` with ``seq``: what reading back
     its element (``"<seq>:<envelope>"``) gives, without the round trip."""
-    return Event.from_json(envelope).model_copy(
-        update={"seq": seq, "archived": False, "retracted": False}
-    )
+    return replaced(Event.from_json(envelope), {"seq": seq, "archived": False, "retracted": False})
 
 
 def _with_batch(window: Window, batch: Sequence[tuple[Event, str]], seqs: Sequence[Any]) -> Window:
@@ -540,7 +538,7 @@ class RedisSansIO(ABC, Generic[ClientT]):
         stored: list[Event | None] = []
         for event, seq, element in zip(events, seqs, existing):
             if int(seq):
-                stored.append(event.model_copy(update={"seq": int(seq), "archived": False}))
+                stored.append(replaced(event, {"seq": int(seq), "archived": False}))
             else:
                 stored.append(_event(element) if element else None)
         if held is not None and _text(mode) == "tail":

@@ -25,7 +25,14 @@ from ...events import Event, EventType, Window
 from ...pins import superseded
 from ...search import RECALL_MARK, MatchMode, SearchQuery, SearchResult, search_text
 from ..base import CompactionPlan, Snapshot
-from ..bookkeeping import number, retracted_copy, retraction_targets, split_appended, unstored
+from ..bookkeeping import (
+    number,
+    replaced,
+    retracted_copy,
+    retraction_targets,
+    split_appended,
+    unstored,
+)
 from ..failures import stored_data
 from .connections import lock_schema
 from .schema import build_tables, ensure_schema, row_key, stored_message, stored_search_text
@@ -138,7 +145,7 @@ class SQLOperations:
     def _events(self, rows: Any) -> list[Event]:
         with self._stored():
             return [
-                Event.from_json(row.body).model_copy(update={"archived": bool(row.archived)})
+                replaced(Event.from_json(row.body), {"archived": bool(row.archived)})
                 for row in rows
             ]
 
