@@ -3,11 +3,9 @@ becomes usable (open_store, MemoryConfig, the canvas nodes) without an edit insi
 
 from __future__ import annotations
 
-import ast
 import logging
 import sys
 import textwrap
-from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -34,6 +32,7 @@ from chat_memory.components import memory_definitions, memory_settings
 from chat_memory.events import turn_starts
 from chat_memory.strategies import Cut, Strategy, choose_cut, strategy_names
 from chat_memory.strategies import base as strategy_base
+from tests.support.imports import graph
 
 
 class ShelfStore(InMemoryStore):
@@ -204,22 +203,9 @@ def test_an_installed_async_store_is_found_without_importing_it_first(
 def test_the_registry_imports_no_store_module():
     """Stores import the registry (their base classes register them); the registry imports
     none of them, not even inside a function, so there is no cycle to break lazily."""
-    found: list[str] = []
-
-    def visit(nodes: list[ast.stmt]) -> None:
-        for node in nodes:
-            if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-                continue  # annotations only, never run
-            if isinstance(node, ast.ImportFrom):
-                found.append("." * node.level + (node.module or ""))
-            elif isinstance(node, ast.Import):
-                found.extend(alias.name for alias in node.names)
-            visit([child for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt)])
-
-    visit(ast.parse(Path(registry.__file__).read_text(encoding="utf-8")).body)
-    ours = [name for name in found if name.startswith(".") or name.startswith("chat_memory")]
+    ours = graph()["chat_memory.backends.registry"]
     # errors and the plugin finder, which imports nothing of chat_memory
-    assert ours == ["..errors", "..plugins"], ours
+    assert ours == {"chat_memory.errors", "chat_memory.plugins"}, ours
 
 
 @pytest.mark.parametrize("store_class", store_classes(), ids=lambda c: c.__name__)
