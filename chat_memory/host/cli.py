@@ -35,6 +35,13 @@ from ..testing.scripted_model import API_KEY as SCRIPTED_API_KEY
 from ..testing.scripted_model import LABEL as SCRIPTED_LABEL
 from ..tools import format_page, tool_page
 from . import cli_json
+from .cli_lifecycle import (
+    LIFECYCLE_HANDLERS,
+    add_lifecycle_commands,
+    add_list_filters,
+    run_scoped_list,
+    wants_scoped_list,
+)
 from .cli_memory import add_memory_command, run_memory_command
 from .cli_session import (
     DEFAULT_CONVERSATION,
@@ -46,6 +53,7 @@ from .cli_session import (
     chosen_config,
 )
 from .cli_text import say, terminal_text
+from .cli_transfer import TRANSFER_HANDLERS, add_transfer_commands
 from .demo import run_demo
 from .nodes import default_registry
 from .workflow import load_template
@@ -105,6 +113,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=LIST_PAGE_SIZE,
         help=f"ids per page (default {LIST_PAGE_SIZE})",
     )
+    add_list_filters(listing)
     command("window", "show what the model sees now, with tokens per event", json_output=True)
     command("history", "show every stored event, archived ones included", json_output=True)
     search = command(
@@ -159,6 +168,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="export format (needs the langflow extra)",
     )
     add_memory_command(commands, common)
+    add_transfer_commands(commands, common)
+    add_lifecycle_commands(commands, common)
     return parser
 
 
@@ -222,7 +233,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _store_urls(args: argparse.Namespace) -> list[str]:
     """The store URLs this command may use, whose secrets no message may show."""
-    urls = [getattr(args, "url", None), os.environ.get(ENV_URL, "").strip()]
+    urls = [getattr(args, name, None) for name in ("url", "from_url", "to_url")]
+    urls.append(os.environ.get(ENV_URL, "").strip())
     return [url for url in urls if url] or [default_url()]
 
 
@@ -312,6 +324,8 @@ def _chat(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     page, size = _whole(args.page, "page", 1), _whole(args.page_size, "page size", 1)
+    if wants_scoped_list(args):
+        return run_scoped_list(args, page, size)
     first = (page - 1) * size  # pages are numbered from 1, as in search and its tool
     with Session(args, writes=False) as session:
         ids = [] if session.store is None else session.store.conversations()
@@ -494,6 +508,8 @@ _HANDLERS = {
     "nodes": _nodes,
     "templates": _templates,
     "memory": run_memory_command,
+    **TRANSFER_HANDLERS,
+    **LIFECYCLE_HANDLERS,
 }
 
 

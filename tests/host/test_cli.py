@@ -206,6 +206,12 @@ def test_help_everywhere(capsys):
             "nodes",
             "templates",
             "memory",
+            "fork",
+            "export",
+            "import",
+            "copy",
+            "forget",
+            "sweep",
         )
     }
     for argv in [["--help"], *([name, "--help"] for name in commands)]:
