@@ -15,20 +15,33 @@ The row marked ``*`` is what ``open_async_store(url)`` picks by default. Each of
 ``--conversations`` conversations runs ``--turns`` turns (``add`` a user message and a
 reply, then read the ``window``) under ``turn_window`` with compaction. Meanwhile a ticker
 coroutine sleeps 1 ms at a time and records how late it wakes: the longest stall is how long
-the loop could not run anything else. Compare the ratios; absolute times are noisy.
+the loop could not run anything else, and the garbage collector's pauses are timed
+(``gc.callbacks``) to tell how much of that stall was a collection. Compare the ratios;
+absolute times are noisy.
 
-    .venv-bench/bin/python bench/bench_async.py [--conversations 1000] [--turns 5] [--backends sqlite,postgres,redis]
+``--gc-freeze`` moves everything alive after the imports and one warm-up turn to the
+collector's permanent generation (``gc.freeze()``, what docs/performance.md recommends to a
+deployment) before the conversations start: a full collection then walks only what the
+conversations allocate, not the interpreter's whole heap. ``--drivers native`` runs only the
+native async stores (the issue-21 target: the longest stall at most 100 ms with 1,000
+conversations); ``--gc-freeze both`` runs each driver without, then with, the freeze.
+
+    .venv-bench/bin/python bench/bench_async.py [--conversations 1000] [--turns 5] \
+        [--backends sqlite,postgres,redis] [--drivers native,threads,sync-threads,sync-loop] \
+        [--gc-freeze yes|no|both]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
+import os
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +71,17 @@ def turn(conversation: int, i: int) -> list[Event]:
     ]
 
 
+@dataclass(frozen=True)
+class Load:
+    """What every driver runs: conversations, turns each, the thread pools' size, and
+    whether the heap is frozen (``gc.freeze()``) before the conversations start."""
+
+    conversations: int
+    turns: int
+    workers: int
+    freeze: bool = False
+
+
 @dataclass
 class Run:
     driver: str
@@ -66,6 +90,14 @@ class Run:
     turns: int
     add_p99_ms: float
     longest_stall_ms: float
+    frozen: bool = False
+    longest_stall_cpu_ms: float = 0.0  # the loop thread's CPU time between two ticks
+    after_start_ms: float = 0.0  # the same two, once every conversation is past its first add
+    after_start_cpu_ms: float = 0.0
+    gc_longest_ms: float = 0.0  # the longest collection, any generation
+    gc_longest_cpu_ms: float = 0.0
+    gc_full: int = 0  # collections of the oldest generation during the run
+    stall_gc_ms: float = 0.0  # collection time inside the longest stall
 
     @property
     def turns_per_second(self) -> float:
@@ -73,55 +105,136 @@ class Run:
 
 
 class Ticker:
-    """Sleeps ``TICK`` at a time on the loop and keeps the longest overshoot."""
+    """Sleeps ``TICK`` at a time on the loop and keeps the longest overshoot (and when it
+    was), and the most CPU time the loop's thread spent between two ticks: the stall without
+    what other processes took from it (on a loaded machine the wall-clock stall is mostly
+    theirs). Only the loop's thread is counted: a thread pool's workers holding the GIL
+    stall the loop without showing in it. Once ``started`` is set (every conversation past
+    its first ``add``), the same is kept apart for the rest of the run: the start, when
+    every conversation's first steps are ready on the loop at once, is a burst of its own."""
 
     def __init__(self) -> None:
-        self.longest = 0.0
+        self.longest = self.longest_cpu = 0.0
+        self.after_start = self.after_start_cpu = 0.0
+        self.span = (0.0, 0.0)
+        self.started = False
         self._stop = asyncio.Event()
 
     async def run(self) -> None:
         while not self._stop.is_set():
-            before = time.perf_counter()
+            before, before_cpu = time.perf_counter(), time.thread_time()
             await asyncio.sleep(TICK)
-            self.longest = max(self.longest, time.perf_counter() - before - TICK)
+            late, cpu = time.perf_counter() - before - TICK, time.thread_time() - before_cpu
+            self.longest_cpu = max(self.longest_cpu, cpu)
+            if late > self.longest:
+                self.longest = late
+                self.span = (before, before + TICK + late)
+            if self.started:
+                self.after_start = max(self.after_start, late)
+                self.after_start_cpu = max(self.after_start_cpu, cpu)
 
     def stop(self) -> None:
         self._stop.set()
 
 
+class CollectorClock:
+    """Times every garbage collection while installed (``gc.callbacks``)."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[int, float, float]] = []  # (generation, start, end)
+        self.longest_cpu = 0.0  # the collecting thread's CPU time: what load cannot inflate
+        self._start = self._start_cpu = 0.0
+
+    def __call__(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._start, self._start_cpu = time.perf_counter(), time.thread_time()
+        else:
+            self.pauses.append((info["generation"], self._start, time.perf_counter()))
+            self.longest_cpu = max(self.longest_cpu, time.thread_time() - self._start_cpu)
+
+    def __enter__(self) -> CollectorClock:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
+
+    def longest_ms(self) -> float:
+        return max((end - start for _, start, end in self.pauses), default=0.0) * 1000
+
+    def full(self) -> int:
+        return sum(1 for generation, _, _ in self.pauses if generation == 2)
+
+    def within_ms(self, span: tuple[float, float]) -> float:
+        low, high = span
+        return (
+            sum(max(0.0, min(end, high) - max(start, low)) for _, start, end in self.pauses) * 1000
+        )
+
+
 async def drive(
     driver: str,
     default: bool,
-    conversations: int,
-    turns: int,
+    load: Load,
     add: Callable[[str, list[Event]], Awaitable[Any]],
     window: Callable[[str], Awaitable[Any]],
 ) -> Run:
-    """``conversations`` concurrent conversations of ``turns`` turns each, with the ticker."""
+    """``load.conversations`` concurrent conversations of ``load.turns`` turns each, with the ticker,
+    after one warm-up turn (and the freeze, with ``--gc-freeze``)."""
     latencies: list[float] = []
+    await add("warm-up", turn(-1, 0))
+    await window("warm-up")
+    gc.collect()
+    if load.freeze:
+        gc.freeze()
+
+    ticker = Ticker()
+    waiting = load.conversations  # for their first add
 
     async def conversation(c: int) -> None:
-        for i in range(turns):
+        nonlocal waiting
+        for i in range(load.turns):
             begin = time.perf_counter()
             await add(f"conv-{c}", turn(c, i))
             latencies.append(time.perf_counter() - begin)
+            if i == 0:
+                waiting -= 1
+                ticker.started = waiting == 0
             await window(f"conv-{c}")
 
-    ticker = Ticker()
-    ticking = asyncio.create_task(ticker.run())
-    await asyncio.sleep(TICK * 2)
-    start = time.perf_counter()
-    await asyncio.gather(*(conversation(c) for c in range(conversations)))
-    seconds = time.perf_counter() - start
-    ticker.stop()
-    await ticking
+    try:
+        with CollectorClock() as clock:
+            ticking = asyncio.create_task(ticker.run())
+            await asyncio.sleep(TICK * 2)
+            start = time.perf_counter()
+            await asyncio.gather(*(conversation(c) for c in range(load.conversations)))
+            seconds = time.perf_counter() - start
+            ticker.stop()
+            await ticking
+    finally:
+        if load.freeze:
+            gc.unfreeze()  # the next run starts from the same heap
     p99 = statistics.quantiles(latencies, n=100)[98] if len(latencies) > 1 else latencies[0]
-    return Run(driver, default, seconds, conversations * turns, p99 * 1000, ticker.longest * 1000)
+    return Run(
+        driver,
+        default,
+        seconds,
+        load.conversations * load.turns,
+        p99 * 1000,
+        ticker.longest * 1000,
+        frozen=load.freeze,
+        longest_stall_cpu_ms=ticker.longest_cpu * 1000,
+        after_start_ms=ticker.after_start * 1000,
+        after_start_cpu_ms=ticker.after_start_cpu * 1000,
+        gc_longest_ms=clock.longest_ms(),
+        gc_longest_cpu_ms=clock.longest_cpu * 1000,
+        gc_full=clock.full(),
+        stall_gc_ms=clock.within_ms(ticker.span),
+    )
 
 
-async def async_memory(
-    url: str, conversations: int, turns: int, workers: int, threads: bool
-) -> Run:
+async def async_memory(url: str, load: Load, threads: bool) -> Run:
+    workers = load.workers
     store = open_async_store(url, threads=threads, max_workers=workers)
     default = open_async_store(url, max_workers=workers)
     picked = default.native == store.native
@@ -129,15 +242,15 @@ async def async_memory(
     memory = AsyncChatMemory(store, CONFIG, token_counter=tokens)
     driver = "async, native" if store.native else f"async, threads ({workers})"
     try:
-        return await drive(driver, picked, conversations, turns, memory.add, memory.window)
+        return await drive(driver, picked, load, memory.add, memory.window)
     finally:
         await memory.aclose()
 
 
-async def sync_in_threads(url: str, conversations: int, turns: int, workers: int) -> Run:
+async def sync_in_threads(url: str, load: Load) -> Run:
     memory = ChatMemory(open_store(url), CONFIG, token_counter=tokens)
     loop = asyncio.get_running_loop()
-    pool = ThreadPoolExecutor(max_workers=workers)
+    pool = ThreadPoolExecutor(max_workers=load.workers)
 
     async def add(cid: str, events: list[Event]) -> Any:
         return await loop.run_in_executor(pool, memory.add, cid, events)
@@ -146,15 +259,13 @@ async def sync_in_threads(url: str, conversations: int, turns: int, workers: int
         return await loop.run_in_executor(pool, memory.window, cid)
 
     try:
-        return await drive(
-            f"sync API in threads ({workers})", False, conversations, turns, add, window
-        )
+        return await drive(f"sync API in threads ({load.workers})", False, load, add, window)
     finally:
         pool.shutdown()
         memory.store.close()
 
 
-async def sync_on_the_loop(url: str, conversations: int, turns: int, workers: int) -> Run:
+async def sync_on_the_loop(url: str, load: Load) -> Run:
     memory = ChatMemory(open_store(url), CONFIG, token_counter=tokens)
 
     async def add(cid: str, events: list[Event]) -> Any:
@@ -164,17 +275,17 @@ async def sync_on_the_loop(url: str, conversations: int, turns: int, workers: in
         return memory.window(cid)
 
     try:
-        return await drive("sync API on the loop", False, conversations, turns, add, window)
+        return await drive("sync API on the loop", False, load, add, window)
     finally:
         memory.store.close()
 
 
-DRIVERS: list[Callable[[str, int, int, int], Awaitable[Run]]] = [
-    lambda url, c, t, w: async_memory(url, c, t, w, threads=False),
-    lambda url, c, t, w: async_memory(url, c, t, w, threads=True),
-    sync_in_threads,
-    sync_on_the_loop,
-]
+DRIVERS: dict[str, Callable[[str, Load], Coroutine[Any, Any, Run]]] = {
+    "native": lambda url, load: async_memory(url, load, threads=False),
+    "threads": lambda url, load: async_memory(url, load, threads=True),
+    "sync-threads": sync_in_threads,
+    "sync-loop": sync_on_the_loop,
+}
 
 
 class Backends:
@@ -223,38 +334,76 @@ def main() -> None:
         "--workers", type=int, default=16, help="threads of the thread-pool drivers"
     )
     parser.add_argument("--backends", default="sqlite,postgres,redis")
+    parser.add_argument("--drivers", default=",".join(DRIVERS), help=", ".join(DRIVERS))
+    parser.add_argument(
+        "--gc-freeze",
+        choices=("no", "yes", "both"),
+        default="no",
+        help="gc.freeze() after the imports and a warm-up turn (both: a run without, then with)",
+    )
     args = parser.parse_args()
 
     names = [name.strip() for name in args.backends.split(",") if name.strip()]
+    drivers = [name.strip() for name in args.drivers.split(",") if name.strip()]
+    unknown = sorted(set(drivers) - set(DRIVERS))
+    if unknown:
+        raise SystemExit(f"unknown driver {unknown[0]!r} ({', '.join(DRIVERS)})")
+    freezes = {"no": [False], "yes": [True], "both": [False, True]}[args.gc_freeze]
     backends = Backends(names)
     results: dict[str, list[Run]] = {}
     try:
         for name in names:
-            results[name] = [
-                asyncio.run(run(backends.url(name), args.conversations, args.turns, args.workers))
-                for run in DRIVERS
-            ]
+            results[name] = []
+            for driver in drivers:
+                for freeze in freezes:
+                    run = DRIVERS[driver]
+                    results[name].append(
+                        asyncio.run(
+                            run(
+                                backends.url(name),
+                                Load(args.conversations, args.turns, args.workers, freeze),
+                            )
+                        )
+                    )
     finally:
         backends.close()
+    print(report(results, args.conversations, args.turns))
 
-    print(
-        f"{args.conversations} concurrent conversations x {args.turns} turns (add + window) on one event loop, "
-        f"turn_window max_turns={CONFIG['max_turns']}; stall = how late a 1 ms ticker woke up"
-    )
-    print()
-    print(
-        f"{'store':<10}{'  driver (* = the default)':<30}{'turns/s':>9}{'vs sync threads':>17}{'add p99 ms':>12}{'longest stall ms':>18}"
-    )
+
+def report(results: dict[str, list[Run]], conversations: int, turns: int) -> str:
+    """A markdown table of the runs, one row per store, driver and freeze."""
+    load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+    lines = [
+        f"{conversations:,} concurrent conversations x {turns} turns (add + window) on one "
+        f"event loop, turn_window max_turns={CONFIG['max_turns']}; Python "
+        f"{sys.version.split()[0]}, {os.cpu_count()} cores, load average at the end {load}.",
+        "",
+        "Stall: how late a 1 ms ticker woke (wall), and in brackets the most CPU time the "
+        "loop's thread spent between two ticks (what other processes on the machine cannot "
+        "inflate); over the whole run, and after the start (once every conversation is past "
+        "its first add: at the start all their first steps are ready at once). GC: "
+        "the longest collection (wall / the collecting thread's CPU), how many full "
+        "(oldest-generation) ones ran, and the collection time inside the longest stall.",
+        "",
+        "| store | driver (* = the default) | gc.freeze | turns/s | x sync API in threads "
+        "| add p99 ms | longest stall ms (CPU) | after the start ms (CPU) | longest GC ms (CPU) "
+        "| full GCs | GC in the longest stall ms |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for name, runs in results.items():
-        baseline = next(
-            run for run in runs if run.driver.startswith("sync API in threads")
-        ).turns_per_second
+        baseline = next((run for run in runs if run.driver.startswith("sync API in threads")), None)
         for run in runs:
-            driver = ("* " if run.default else "  ") + run.driver
-            print(
-                f"{name:<10}{driver:<30}{run.turns_per_second:>9.0f}{run.turns_per_second / baseline:>17.2f}"
-                f"{run.add_p99_ms:>12.1f}{run.longest_stall_ms:>18.1f}"
+            ratio = f"{run.turns_per_second / baseline.turns_per_second:.2f}" if baseline else "-"
+            lines.append(
+                f"| {name} | {'* ' if run.default else ''}{run.driver} "
+                f"| {'yes' if run.frozen else 'no'} | {run.turns_per_second:,.0f} | {ratio} "
+                f"| {run.add_p99_ms:,.0f} "
+                f"| {run.longest_stall_ms:,.1f} ({run.longest_stall_cpu_ms:,.1f}) "
+                f"| {run.after_start_ms:,.1f} ({run.after_start_cpu_ms:,.1f}) "
+                f"| {run.gc_longest_ms:,.1f} ({run.gc_longest_cpu_ms:,.1f}) | {run.gc_full} "
+                f"| {run.stall_gc_ms:,.1f} |"
             )
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

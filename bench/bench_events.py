@@ -8,7 +8,8 @@ message, the window read, a tool call, its result and the reply; 2,000 events, t
 10) on memory:// and on SQLite (a file), the milliseconds a turn takes and how many times
 it parses (``Event.from_json`` calls and real parses), serialises and copies events, and
 the share of ``from_json`` calls served without parsing; last, the bytes memory:// holds
-per event at ``--events`` events (tracemalloc).
+per event at ``--events`` events (tracemalloc), in the window and archived (held packed:
+chat_memory/backends/packed.py), and what reading the archived ones back costs.
 """
 
 from __future__ import annotations
@@ -30,7 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from chat_memory import ChatMemory, Event, MemoryConfig
 from chat_memory.backends import bookkeeping, in_memory
+from chat_memory.backends.base import CompactionPlan
 from chat_memory.backends.in_memory import InMemoryStore
+from chat_memory.backends.packed import pack, unpack
 from chat_memory.backends.sql import SQLStore
 
 
@@ -43,6 +46,7 @@ def micro() -> None:
     user = Event.user("What is the capital of France? Please answer briefly.")
     user = user.stored(seq=6, tokens=12)
     text = user.to_json()
+    packed = pack(user)
     counter = iter(range(10**9))
     fresh = [user.model_copy(update={"id": f"{i:032x}"}).to_json() for i in range(100_000)]
     print(f"envelope: {len(text)} characters")
@@ -56,6 +60,8 @@ def micro() -> None:
         ("to_json", lambda: user.to_json()),
         ("to_json, a tool call", lambda: call.to_json()),
         ("archived_copy (a store copy)", lambda: bookkeeping.archived_copy(user)),
+        ("pack (memory://'s archive)", lambda: pack(user)),
+        ("unpack (a read of it)", lambda: unpack(packed)),
         ("Event.user(...)", lambda: Event.user("hi")),
     ]
     for name, fn in rows:
@@ -157,20 +163,28 @@ def per_turn(url_name: str, memory: ChatMemory, turns: int) -> None:
 
 
 def bytes_per_event(n: int) -> None:
+    """What memory:// holds per event of ``n``, in the window then archived, and what a
+    ``history`` read of the archived ones costs per event."""
     store = InMemoryStore(max_archived_events=None)
     events = history(n)
     gc.collect()
     tracemalloc.start()
     start = tracemalloc.get_traced_memory()[0]
-    store.append("c", events)
+    snapshot = store.append("c", events)
     del events
     gc.collect()
-    held = tracemalloc.get_traced_memory()[0] - start
+    in_window = tracemalloc.get_traced_memory()[0] - start
+    store.apply("c", CompactionPlan(snapshot.version, archive_through_seq=n))
+    del snapshot
+    gc.collect()
+    archived = tracemalloc.get_traced_memory()[0] - start
     tracemalloc.stop()
     envelope = sum(len(e.to_json()) for e in store.history("c")) / n
+    read_us = min(timeit.repeat(lambda: store.history("c"), number=1, repeat=5)) / n * 1e6
     print(
-        f"  memory:// holds {held / n:.0f} bytes per event at {n:,} events "
-        f"(its JSON envelope: {envelope:.0f} characters)"
+        f"  memory:// holds {in_window / n:.0f} bytes per event in the window and "
+        f"{archived / n:.0f} archived, at {n:,} events (a JSON envelope: {envelope:.0f} "
+        f"characters); a history read of the archive costs {read_us:.2f} µs per event"
     )
 
 
