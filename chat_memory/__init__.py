@@ -27,6 +27,7 @@ from .errors import (
     is_context_overflow,
 )
 from .events import Event, EventType
+from .lifecycle import ConversationInfo, ErasureReceipt, Scope, SweepReport
 from .overflow import with_overflow_retry
 from .render import to_anthropic, to_openai
 from .search import SearchHit, SearchPage
@@ -47,13 +48,16 @@ __all__ = [
     "ConcurrencyError",
     "ConfigurationError",
     "ContextOverflowError",
+    "ConversationInfo",
     "ConversationSearchTool",
+    "ErasureReceipt",
     "Event",
     "EventType",
     "InvalidEventError",
     "InvalidInputError",
     "MemoryConfig",
     "MemoryStats",
+    "Scope",
     "SchemaError",
     "SearchError",
     "SearchHit",
@@ -63,6 +67,7 @@ __all__ = [
     "Summarizer",
     "SummarizerError",
     "SummaryPlacement",
+    "SweepReport",
     "ThreadedStore",
     "is_context_overflow",
     "open_async_store",

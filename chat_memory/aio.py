@@ -9,17 +9,22 @@ from collections.abc import Iterable
 from typing import Any
 
 from .backends.aio import AsyncStore, ThreadedStore
-from .backends.base import Store, check_conversation_id
+from .backends.base import KeepsLifecycle, Store, check_conversation_id
 from .compaction import CompactionRecord, CompactionResult
 from .compression import compress_window
 from .config import MemoryConfig
 from .decisions import MemoryDecisions, MemoryStats
 from .errors import ConfigurationError
 from .events import Event
+from .lifecycle import decisions as lifecycle
+from .lifecycle.keys import Scope
+from .lifecycle.records import ConversationInfo, ErasureReceipt, SweepReport
+from .lifecycle.scoped import async_scoped_view
 from .render import to_anthropic, to_openai
 from .search import SearchPage, SearchQuery
 from .steps import arun
 from .summarizer import Summarizer
+from .telemetry import ADD, SEARCH, WINDOW, traced
 from .tokens import TokenCounter
 from .tools import AsyncConversationSearchTool, AsyncFetchToolResultTool
 
@@ -34,6 +39,9 @@ class AsyncChatMemory:
     >>> memory = AsyncChatMemory(open_async_store("redis://localhost:6379/0"), {"max_turns": 20})
     >>> await memory.add("conv-1", [Event.user("Hi"), Event.assistant("Hello")])
     """
+
+    #: The scope (user, app) this memory is bound to by :meth:`for_user`; None: unbound.
+    scope: Scope | None = None
 
     def __init__(
         self,
@@ -57,6 +65,7 @@ class AsyncChatMemory:
 
     # -- writing ---------------------------------------------------------------------------
 
+    @traced(ADD)
     async def add(self, conversation_id: str, events: Event | Iterable[Event]) -> list[Event]:
         """:meth:`ChatMemory.add <chat_memory.ChatMemory.add>`: append atomically and in
         order, idempotent per event id, tool pairs checked, compaction when a limit is
@@ -66,7 +75,14 @@ class AsyncChatMemory:
             for name in ("append_without_window", "find_events")
         )
         return await arun(
-            self._decisions.add(conversation_id, events, self.store.compacts_while_appending, lean),
+            self._decisions.add(
+                conversation_id,
+                events,
+                self.store.compacts_while_appending,
+                lean,
+                # (a wrapper that forwards every name to a sync store may not have it)
+                getattr(self.store, "checks_tool_pairs", False) is True,
+            ),
             self.store,
         )
 
@@ -93,12 +109,29 @@ class AsyncChatMemory:
             self._decisions.rewind(conversation_id, seq, _retracts(self.store)), self.store
         )
 
+    async def fork(
+        self, conversation_id: str, new_conversation_id: str, at: int | None = None
+    ) -> list[Event]:
+        """:meth:`ChatMemory.fork <chat_memory.ChatMemory.fork>`: a new, independent
+        conversation whose window is exactly the original's right after seq ``at`` (None: now);
+        returns the fork's window."""
+        return await arun(
+            self._decisions.fork(
+                conversation_id,
+                new_conversation_id,
+                at,
+                callable(getattr(self.store, "fork", None)),
+            ),
+            self.store,
+        )
+
     async def clear(self, conversation_id: str) -> None:
         """Delete the conversation: window, summary, archive and retracted events."""
         await self.store.clear(check_conversation_id(conversation_id))
 
     # -- reading ---------------------------------------------------------------------------
 
+    @traced(WINDOW)
     async def window(self, conversation_id: str) -> list[Event]:
         """What the model sees now: pinned system events, the summary, the active events."""
         return await arun(self._decisions.window(conversation_id), self.store)
@@ -127,6 +160,7 @@ class AsyncChatMemory:
             self._decisions.query(keyword, page, match_mode, page_size, include_recall_tools),
         )
 
+    @traced(SEARCH)
     async def run_search(self, conversation_id: str, query: SearchQuery) -> SearchPage:
         """Run an already validated query and page its results."""
         return await arun(self._decisions.run_search(conversation_id, query), self.store)
@@ -173,9 +207,74 @@ class AsyncChatMemory:
         """Counts of the window and archive, the version, and the last compaction error."""
         return await arun(self._decisions.stats(conversation_id), self.store)
 
+    # -- whose it is, how long it lives (docs/lifecycle.md) ------------------------------------
+
+    def for_user(self, user: str, app: str | None = None) -> AsyncChatMemory:
+        """:meth:`ChatMemory.for_user <chat_memory.ChatMemory.for_user>`: this memory bound to
+        the scope (``user``, ``app``), ids resolved inside it by construction. Closing the
+        bound memory leaves the store open (it belongs to this one)."""
+        scope = Scope(user, app)
+        bound = AsyncChatMemory(
+            async_scoped_view(self.store, scope), self.config, self.summarizer, self.token_counter
+        )
+        bound.scope = scope
+        return bound
+
+    async def set_metadata(
+        self,
+        conversation_id: str,
+        title: str | None = None,
+        tags: Iterable[str] | None = None,
+        **values: Any,
+    ) -> ConversationInfo:
+        """:meth:`ChatMemory.set_metadata <chat_memory.ChatMemory.set_metadata>`: title, tags
+        and free key-values (a value None removes its key); returns the conversation's info."""
+        return await arun(
+            lifecycle.set_metadata(
+                self.scope, conversation_id, title, tags, values, _keeps(self.store)
+            ),
+            self.store,
+        )
+
+    async def conversations(
+        self, tag: str | None = None, page: int = 1, page_size: int = 50
+    ) -> list[ConversationInfo]:
+        """:meth:`ChatMemory.conversations <chat_memory.ChatMemory.conversations>`: the scope's
+        conversations, newest activity first, paged from 1."""
+        return await arun(
+            lifecycle.conversations(self.scope, tag, page, page_size, _keeps(self.store)),
+            self.store,
+        )
+
+    async def sweep(self) -> SweepReport:
+        """:meth:`ChatMemory.sweep <chat_memory.ChatMemory.sweep>`: delete what is idle longer
+        than ``retention_seconds``, each by a conditional delete."""
+        return await arun(
+            lifecycle.sweep(self.scope, self.config.retention_seconds, _keeps(self.store)),
+            self.store,
+        )
+
+    async def forget(
+        self,
+        user: str | None = None,
+        app: str | None = None,
+        conversation: str | None = None,
+    ) -> ErasureReceipt:
+        """:meth:`ChatMemory.forget <chat_memory.ChatMemory.forget>`: erase a user's scope (and
+        their long-term namespaces) or one conversation; returns counts by kind."""
+        return await arun(
+            lifecycle.forget(self.scope, user, app, conversation, _keeps(self.store)),
+            self.store,
+        )
+
     async def aclose(self) -> None:
         """Close the store."""
         await self.store.aclose()
+
+
+def _keeps(store: Any) -> bool:
+    """Whether the async store offers the KeepsLifecycle methods (found by name)."""
+    return all(callable(getattr(store, name, None)) for name in KeepsLifecycle.__abstractmethods__)
 
 
 def _retracts(store: Any) -> bool:

@@ -190,6 +190,15 @@ class MemoryConfig(SettingsModel):
         gt=0,
         json_schema_extra=ui(advanced=True, shown_for="every strategy"),
     )
+    #: memory.sweep() deletes conversations idle longer than this (docs/lifecycle.md)
+    retention_seconds: int | None = Field(
+        None,
+        title="Retention seconds",
+        description="Conversations idle longer than this many seconds are deleted (with their archive, summaries "
+        "and records) by memory.sweep() or `chat-memory sweep` run on a schedule; empty keeps them forever.",
+        gt=0,
+        json_schema_extra=ui(advanced=True, shown_for="every strategy", read_by_engine=True),
+    )
 
     def __init__(self, **data: Any) -> None:
         try:

@@ -7,13 +7,14 @@ stats and pages."""
 
 from __future__ import annotations
 
+import functools
 import inspect
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from . import steps
+from . import steps, telemetry
 from .backends.base import Snapshot, check_conversation_id
 from .compaction import CompactionRecord, CompactionResult, Compactor
 from .config import MemoryConfig
@@ -23,7 +24,7 @@ from .errors import (
     InvalidInputError,
     StorageError,
 )
-from .event_checks import prepared_batch
+from .event_checks import prepared_batch, tool_checked, tool_event_ids
 from .events import Event, EventType
 from .search import SearchHit, SearchPage, SearchQuery, check_tool_call_id
 from .steps import Steps
@@ -93,6 +94,7 @@ class MemoryDecisions:
         events: Event | Iterable[Event],
         compacts_while_appending: bool,
         appends_without_window: bool = False,
+        checks_tool_pairs: bool = False,
     ) -> Steps[list[Event]]:
         """Validate, append, and compact when the strategy's limit is exceeded (see ChatMemory.add).
 
@@ -100,23 +102,37 @@ class MemoryDecisions:
         :class:`~chat_memory.backends.base.AppendsWithoutWindow` ability (``append_without_window``
         and ``find_events``, by index). The tool-pair check then looks the batch's ids up
         instead of reading the window, and a strategy that never compacts needs nothing else,
-        so its append costs the batch, not the conversation's length."""
+        so its append costs the batch, not the conversation's length.
+
+        ``checks_tool_pairs``: the store has :class:`~chat_memory.backends.base.ChecksToolPairs`;
+        a batch holding tool events is then checked inside the append (:func:`tool_checked`,
+        on what the append's own write reads) instead of against a read before it."""
         cid = check_conversation_id(conversation_id)
         batch = yield from prepared_batch(
-            cid, events, self.config, self.token_counter, appends_without_window
+            cid,
+            events,
+            self.config,
+            self.token_counter,
+            appends_without_window,
+            checked_in_store=checks_tool_pairs,
         )
         if not batch:
             return []
+        check = (
+            functools.partial(tool_checked, cid, batch)
+            if checks_tool_pairs and tool_event_ids(batch)
+            else None
+        )
         if not self.strategy.compacts and appends_without_window:
-            stored = yield from steps.append_without_window(cid, batch)
+            stored = yield from steps.append_without_window(cid, batch, check)
             return stored
         if not self.strategy.summarizes and compacts_while_appending:
             # planning is pure here: let the store compact in the same write as the append
-            snapshot, _ = yield from steps.append_compacting(
-                cid, batch, self.compactor.plan_without_summary
-            )
+            planner = telemetry.watched_planner(cid, self.compactor.plan_without_summary)
+            snapshot, compacted = yield from steps.append_compacting(cid, batch, planner, check)
+            telemetry.store_compacted(planner, compacted)
             return _stored_copies(snapshot, batch)
-        snapshot = yield from steps.append(cid, batch)
+        snapshot = yield from steps.append(cid, batch, check)
         stored = _stored_copies(snapshot, batch)
         cut = self.strategy.plan(snapshot.window)
         if cut is not None:
@@ -198,6 +214,28 @@ class MemoryDecisions:
             taken = yield from steps.retracted(cid)
             events = sorted([*events, *taken], key=lambda e: e.seq or 0)
         return events
+
+    def fork(
+        self, conversation_id: str, new_conversation_id: str, at: int | None, forks: bool
+    ) -> Steps[list[Event]]:
+        """Fork a conversation (see ChatMemory.fork); ``forks``: the store has the
+        :class:`~chat_memory.backends.base.Forks` ability. Returns the fork's window."""
+        cid = check_conversation_id(conversation_id)
+        new_cid = check_conversation_id(new_conversation_id)
+        if at is not None and (isinstance(at, bool) or not isinstance(at, int) or at < 0):
+            raise InvalidInputError(
+                f"at ({at!r}) must be a seq (a whole number, 0 or more) or None"
+            )
+        if cid == new_cid:
+            raise InvalidInputError(
+                f"new_conversation_id ({new_cid!r}) must differ from the conversation forked"
+            )
+        if not forks:
+            raise ConfigurationError(
+                "this store cannot fork conversations (it lacks the Forks ability: fork)"
+            )
+        snapshot = yield from steps.fork(cid, new_cid, at)
+        return snapshot.window.events()
 
     def compactions(self, conversation_id: str) -> Steps[list[CompactionRecord]]:
         records = yield from steps.compactions(check_conversation_id(conversation_id))

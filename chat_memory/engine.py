@@ -7,16 +7,27 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from .backends.base import CompactsWhileAppending, Store, check_conversation_id
+from .backends.base import (
+    ChecksToolPairs,
+    CompactsWhileAppending,
+    KeepsLifecycle,
+    Store,
+    check_conversation_id,
+)
 from .compaction import CompactionRecord, CompactionResult
 from .compression import compress_window
 from .config import MemoryConfig
 from .decisions import MemoryDecisions, MemoryStats
 from .events import Event
+from .lifecycle import decisions as lifecycle
+from .lifecycle.keys import Scope
+from .lifecycle.records import ConversationInfo, ErasureReceipt, SweepReport
+from .lifecycle.scoped import scoped_view
 from .render import to_anthropic, to_openai
 from .search import SearchPage, SearchQuery
 from .steps import run
 from .summarizer import Summarizer
+from .telemetry import ADD, SEARCH, WINDOW, traced
 from .tokens import TokenCounter
 from .tools import ConversationSearchTool, FetchToolResultTool
 
@@ -32,6 +43,9 @@ class ChatMemory:
     >>> memory = ChatMemory(open_store("memory://"), MemoryConfig(compaction_strategy="turn_window", max_turns=3))
     >>> memory.add("conv-1", [Event.user("Hi"), Event.assistant("Hello")])
     """
+
+    #: The scope (user, app) this memory is bound to by :meth:`for_user`; None: unbound.
+    scope: Scope | None = None
 
     def __init__(
         self,
@@ -49,6 +63,7 @@ class ChatMemory:
 
     # -- writing ---------------------------------------------------------------------------
 
+    @traced(ADD)
     def add(self, conversation_id: str, events: Event | Iterable[Event]) -> list[Event]:
         """Append one event or a list, atomically and in order, then compact if the
         strategy's limit is exceeded. Returns the stored events (with ``seq`` and
@@ -67,7 +82,10 @@ class ChatMemory:
             callable(getattr(self.store, name, None))
             for name in ("append_without_window", "find_events")
         )
-        return run(self._decisions.add(conversation_id, events, compacting, lean), self.store)
+        checks = isinstance(self.store, ChecksToolPairs)
+        return run(
+            self._decisions.add(conversation_id, events, compacting, lean, checks), self.store
+        )
 
     def compact(self, conversation_id: str, force: bool = False) -> CompactionResult:
         """Run the strategy now (the "Compact" button); raises when the summarizer or the
@@ -101,12 +119,35 @@ class ChatMemory:
         0 retracts them all). Returns what was retracted, oldest first (see :meth:`retract`)."""
         return run(self._decisions.rewind(conversation_id, seq, _retracts(self.store)), self.store)
 
+    def fork(
+        self, conversation_id: str, new_conversation_id: str, at: int | None = None
+    ) -> list[Event]:
+        """Start ``new_conversation_id`` as an independent copy of the conversation as it was
+        right after the event with seq ``at`` was stored (None: as it is now): its window is
+        exactly the window then (the summary in force, archive flags and retractions as they
+        were), its history the history then, and its next event gets seq ``at + 1``. Later
+        writes to either conversation never show in the other. Returns the fork's window.
+        :class:`InvalidInputError` when the conversation is not stored, the new id is, or
+        ``at`` is out of range (or so far back that the archive cap deleted what its window
+        showed); :class:`ConfigurationError` on a store without the Forks ability. See
+        docs/lifecycle.md ("Fork")."""
+        return run(
+            self._decisions.fork(
+                conversation_id,
+                new_conversation_id,
+                at,
+                callable(getattr(self.store, "fork", None)),
+            ),
+            self.store,
+        )
+
     def clear(self, conversation_id: str) -> None:
         """Delete the conversation: window, summary, archive and retracted events."""
         self.store.clear(check_conversation_id(conversation_id))
 
     # -- reading ---------------------------------------------------------------------------
 
+    @traced(WINDOW)
     def window(self, conversation_id: str) -> list[Event]:
         """What the model sees now: pinned system events, the summary, the active events."""
         return run(self._decisions.window(conversation_id), self.store)
@@ -137,6 +178,7 @@ class ChatMemory:
             self._decisions.query(keyword, page, match_mode, page_size, include_recall_tools),
         )
 
+    @traced(SEARCH)
     def run_search(self, conversation_id: str, query: SearchQuery) -> SearchPage:
         """Run an already validated query and page its results."""
         return run(self._decisions.run_search(conversation_id, query), self.store)
@@ -184,6 +226,83 @@ class ChatMemory:
     def stats(self, conversation_id: str) -> MemoryStats:
         """Counts of the window and archive, the version, and the last compaction error."""
         return run(self._decisions.stats(conversation_id), self.store)
+
+    # -- whose it is, how long it lives (docs/lifecycle.md) ------------------------------------
+
+    def for_user(self, user: str, app: str | None = None) -> ChatMemory:
+        """This memory bound to the scope (``user``, ``app``): same config, store, summarizer
+        and token counter; its conversation ids are resolved inside the scope, by construction
+        (two users' ``"conv-1"`` are different conversations, and no id reaches another
+        scope's). Works on every store; listing, sweeping and forgetting need the store's
+        ``KeepsLifecycle`` ability. Scopes do not nest (a bound memory refuses)."""
+        scope = Scope(user, app)
+        bound = ChatMemory(
+            scoped_view(self.store, scope), self.config, self.summarizer, self.token_counter
+        )
+        bound.scope = scope
+        return bound
+
+    def set_metadata(
+        self,
+        conversation_id: str,
+        title: str | None = None,
+        tags: Iterable[str] | None = None,
+        **values: Any,
+    ) -> ConversationInfo:
+        """Set the conversation's ``title`` and ``tags`` (None leaves them; ``tags`` replaces
+        the set) and merge free JSON key-values (a value None removes its key); refreshes its
+        last activity. A conversation not stored yet is created, empty. Returns its info."""
+        return run(
+            lifecycle.set_metadata(
+                self.scope, conversation_id, title, tags, values, _keeps(self.store)
+            ),
+            self.store,
+        )
+
+    def conversations(
+        self, tag: str | None = None, page: int = 1, page_size: int = 50
+    ) -> list[ConversationInfo]:
+        """This memory's conversations (the bound scope's; the unbound memory's: those with
+        bare ids), with ``tag`` if given, newest activity first, ``page`` from 1, at most
+        ``page_size`` (1 to 500) per page, through the store's index."""
+        return run(
+            lifecycle.conversations(self.scope, tag, page, page_size, _keeps(self.store)),
+            self.store,
+        )
+
+    def sweep(self) -> SweepReport:
+        """Delete — not hide — conversations idle longer than ``retention_seconds`` (the bound
+        scope's; for the unbound memory, every conversation of the store), with everything they
+        own, and long-term namespaces past their own retention. Incremental and safe from many
+        processes at once: each delete is conditional, so a conversation written to during
+        the sweep is kept. Without a retention, conversations are kept (the report says so)."""
+        return run(
+            lifecycle.sweep(self.scope, self.config.retention_seconds, _keeps(self.store)),
+            self.store,
+        )
+
+    def forget(
+        self,
+        user: str | None = None,
+        app: str | None = None,
+        conversation: str | None = None,
+    ) -> ErasureReceipt:
+        """Erase a user's scope — every conversation, archived event, summary, compaction
+        record, retracted event and metadata, and the long-term namespaces made with
+        ``long_term_memory(store, ns, user=user, app=app)`` with their versions — or one
+        ``conversation`` of this memory's scope. Returns what was deleted, by kind;
+        idempotent. A write racing the erasure is erased too, or refused for
+        :data:`~chat_memory.lifecycle.decisions.ERASURE_GUARD_SECONDS` after it. A bound
+        memory forgets only its own user."""
+        return run(
+            lifecycle.forget(self.scope, user, app, conversation, _keeps(self.store)),
+            self.store,
+        )
+
+
+def _keeps(store: Any) -> bool:
+    """Whether the store has the KeepsLifecycle ability (a scoped view mirrors its store's)."""
+    return isinstance(store, KeepsLifecycle)
 
 
 def _retracts(store: Any) -> bool:

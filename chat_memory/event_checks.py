@@ -3,16 +3,16 @@ each is an Event of a kind a caller may add, ids are unique, pins do not collide
 and results pair up (against the batch, the window and the archive), every event is stored
 as the JSON envelope all backends keep, and none is larger than the context window (a tool
 result may be cut to ``max_tool_result_tokens``). Written as steps (:mod:`chat_memory.steps`):
-the tool-pair check reads the store."""
+the tool-pair check reads the store, or runs inside the store's append (:func:`tool_checked`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from . import steps
 from .config import MemoryConfig
 from .errors import InvalidEventError
-from .events import Event, EventType
+from .events import Event, EventType, Window
 from .pins import check_pin_key, pin_key
 from .steps import Steps
 from .tokens import TokenCounter, count_event_tokens, truncate_tool_result
@@ -24,13 +24,16 @@ def prepared_batch(
     config: MemoryConfig,
     token_counter: TokenCounter,
     finds_events: bool = False,
+    checked_in_store: bool = False,
 ) -> Steps[list[Event]]:
     """The events an ``add()`` was given, checked and ready to append: each an Event that is
     no summary, with its own id, tool fields set, a pin key of its own, the tool pairs right
     (:func:`checked_tool_events`), a nameless tool result named after its call, the JSON
     envelope every store keeps, and its token count (:func:`sized`). Anything wrong is an
     :class:`InvalidEventError` naming the event's index, before anything is written.
-    ``finds_events``: the store looks ids up by index (see :func:`checked_tool_events`)."""
+    ``finds_events``: the store looks ids up by index (see :func:`checked_tool_events`).
+    ``checked_in_store``: the store runs :func:`tool_checked` inside its append (it has
+    :class:`~chat_memory.backends.base.ChecksToolPairs`), so the tool pairs are left to it."""
     if isinstance(events, Event):
         batch = [events]
     elif isinstance(events, Iterable):
@@ -72,8 +75,9 @@ def prepared_batch(
                     f"events[{i}] and events[{j}] are system events with the same pin key ({pin_key(event)!r}): "
                     "the later would supersede the earlier at once; add one of them"
                 )
-    tool_names = yield from checked_tool_events(cid, batch, finds_events)
-    batch = [_named_after_call(e, tool_names) for e in batch]
+    if not checked_in_store:
+        tool_names = yield from checked_tool_events(cid, batch, finds_events)
+        batch = [_named_after_call(e, tool_names) for e in batch]
     return [sized(i, e, config, token_counter) for i, e in enumerate(batch)]
 
 
@@ -105,12 +109,11 @@ def sized(index: int, event: Event, config: MemoryConfig, token_counter: TokenCo
 def checked_tool_events(
     cid: str, batch: list[Event], finds_events: bool = False
 ) -> Steps[dict[str, str | None]]:
-    """Tool pairing (checked only when the list holds tool events): a call's id is new to
-    the window; a result answers a call earlier in the list, in the window or, only when
-    neither has it, in the archive, and that call has no result yet. Events already in
-    the window (a retry) are skipped: they are not stored again. A check against a read,
-    not inside the write: two writers racing to add different events for one call id are
-    not both caught (a retry is: by id).
+    """Tool pairing (checked only when the list holds tool events), against a read before
+    the append, for a store without :class:`~chat_memory.backends.base.ChecksToolPairs`
+    (which runs :func:`tool_checked` inside its append instead): the rules of
+    :func:`tool_checked`. Two writers racing to add different events for one call id are not
+    both caught here (a retry is: by id).
 
     What it reads: with ``finds_events`` (the store looks ids up by index), one
     ``find_events`` call for the list's tool event ids and call ids, window and archive
@@ -120,20 +123,90 @@ def checked_tool_events(
 
     Returns the tool name of each call the list's results answer (by call id), so that a
     result without a name can take its call's."""
-    tool_batch = [e for e in batch if e.type in _TOOL_TYPES]
-    if not tool_batch:
+    if not any(e.type in _TOOL_TYPES for e in batch):
         return {}
     archived: list[Event] | None = None
     if finds_events:
-        call_ids = list(dict.fromkeys(e.tool_call_id for e in tool_batch if e.tool_call_id))
-        found = yield from steps.find_events(cid, [e.id for e in tool_batch], call_ids)
-        stored_ids = {e.id for e in found if not e.archived}
-        in_window = [e for e in found if not e.archived and e.type in _TOOL_TYPES]
-        archived = [e for e in found if e.archived and e.type in _TOOL_TYPES]
+        found = yield from steps.find_events(cid, tool_event_ids(batch), tool_call_ids(batch))
+        stored = [e for e in found if not e.archived]
+        archived = [e for e in found if e.archived]
     else:
         window = (yield from steps.load(cid)).window
-        stored_ids = {e.id for e in (*window.pinned, *window.active)}
-        in_window = [e for e in window.active if e.type in _TOOL_TYPES]
+        stored = [*window.pinned, *window.active]
+    names, unresolved = _paired(cid, batch, stored)
+    if unresolved:
+        if archived is None:
+            archived = yield from steps.find_tool_events(cid, list(unresolved))
+        _answer_archived_calls(cid, names, unresolved, archived)
+    return names
+
+
+def tool_checked(cid: str, batch: list[Event], found: list[Event]) -> list[Event]:
+    """The tool-pair check of ``batch`` against ``found``, the stored events a store with
+    :class:`~chat_memory.backends.base.ChecksToolPairs` looked up for it (those whose id is
+    one of :func:`tool_event_ids`, or whose ``tool_call_id`` is one of :func:`tool_call_ids`,
+    window and archive, archived ones marked): the batch to append, each nameless tool result
+    named after its call, or :class:`InvalidEventError` naming the event's index.
+
+    The rules: a call's id is new to the window; a result answers a call earlier in the list,
+    in the window or, only when neither has it, in the archive, and that call has no result
+    yet. Events already in the window (a retry) are skipped: they are not stored again. Pure:
+    a store calls it inside its append (a ``functools.partial`` over ``cid`` and ``batch`` is
+    the :data:`~chat_memory.backends.base.ToolPairCheck` the engine passes)."""
+    names, unresolved = _paired(cid, batch, [e for e in found if not e.archived])
+    if unresolved:
+        _answer_archived_calls(cid, names, unresolved, [e for e in found if e.archived])
+    return [_named_after_call(e, names) for e in batch]
+
+
+def tool_event_ids(batch: Sequence[Event]) -> list[str]:
+    """The ids of the batch's tool calls and results, each once, in order: a stored event
+    with one of them (in the window) is a retry, not stored again."""
+    return list(dict.fromkeys(e.id for e in batch if e.type in _TOOL_TYPES))
+
+
+def tool_call_ids(batch: Sequence[Event]) -> list[str]:
+    """The ``tool_call_id`` of the batch's tool calls and results, each once, in order: the
+    stored calls and results with one of them (window and archive) decide the pairing."""
+    return list(
+        dict.fromkeys(e.tool_call_id for e in batch if e.type in _TOOL_TYPES and e.tool_call_id)
+    )
+
+
+def found_in_window(batch: Sequence[Event], window: Window) -> list[Event] | None:
+    """What :func:`tool_checked` needs of ``batch``, from a window alone: its pinned and
+    active events with one of the batch's tool event ids or call ids, oldest first; None when
+    the archive is needed too (a result whose call is in neither the batch nor the window:
+    the late result of an archived call, or of none). A store holding a window it knows is
+    current (by version) checks the batch on it, with no read."""
+    ids, calls = set(tool_event_ids(batch)), set(tool_call_ids(batch))
+    found = [
+        e
+        for e in (*window.pinned, *window.active)
+        if e.id in ids or (e.type in _TOOL_TYPES and e.tool_call_id in calls)
+    ]
+    stored = {e.id for e in found}
+    known = {e.tool_call_id for e in (*found, *batch) if e.type is EventType.TOOL_CALL}
+    for event in batch:
+        if (
+            event.type is EventType.TOOL_RESULT
+            and event.id not in stored
+            and event.tool_call_id not in known
+        ):
+            return None
+    return sorted(found, key=lambda e: e.seq or 0)
+
+
+def _paired(
+    cid: str, batch: list[Event], stored: list[Event]
+) -> tuple[dict[str, str | None], dict[str, int]]:
+    """The pairing of ``batch`` against ``stored``, the window's events it needs (pinned and
+    active): raises for a call id already in the window or in the batch, and for a second
+    result; returns the tool name of each call known so far (the window's and the batch's),
+    and the call ids of the results that answer neither (by their first index): those
+    answer an archived call, or none."""
+    stored_ids = {e.id for e in stored}
+    in_window = [e for e in stored if e.type in _TOOL_TYPES]
     calls = {e.tool_call_id: e for e in in_window if e.type is EventType.TOOL_CALL}
     results = {e.tool_call_id: e for e in in_window if e.type is EventType.TOOL_RESULT}
     batch_calls: dict[str | None, int] = {}
@@ -177,13 +250,17 @@ def checked_tool_events(
             if e.type is EventType.TOOL_CALL and e.tool_call_id
         }
     )
-    if not unresolved:
-        return names
-    if archived is None:
-        archived = yield from steps.find_tool_events(cid, list(unresolved))
+    return names, unresolved
+
+
+def _answer_archived_calls(
+    cid: str, names: dict[str, str | None], unresolved: dict[str, int], archived: list[Event]
+) -> None:
+    """Each unresolved result must answer an archived call that has no result yet; adds the
+    call's tool name to ``names``."""
     for call_id, i in unresolved.items():
         # (the window holds no event of an unresolved call id: these are archived ones)
-        matches = [e for e in archived if e.tool_call_id == call_id]
+        matches = [e for e in archived if e.tool_call_id == call_id and e.type in _TOOL_TYPES]
         answered = next((e for e in matches if e.type is EventType.TOOL_RESULT), None)
         if answered is not None:
             raise _answered_already(i, call_id, cid, answered)
@@ -194,7 +271,6 @@ def checked_tool_events(
                 "(window or archive); add the tool_call first (or earlier in the same list)"
             )
         names[call_id] = found_call.tool_name
-    return names
 
 
 def _named_after_call(event: Event, tool_names: dict[str, str | None]) -> Event:
@@ -231,4 +307,12 @@ def _as_stored_everywhere(index: int, event: Event) -> Event:
         raise InvalidEventError(f"events[{index}] cannot be stored as JSON: {exc}") from None
 
 
-__all__ = ["checked_tool_events", "prepared_batch", "sized"]
+__all__ = [
+    "checked_tool_events",
+    "found_in_window",
+    "prepared_batch",
+    "sized",
+    "tool_call_ids",
+    "tool_checked",
+    "tool_event_ids",
+]

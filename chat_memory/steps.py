@@ -20,17 +20,25 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable, Collection, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, Concatenate, ParamSpec, TypeVar
 
 from .backends.base import (
     AppendsWithoutWindow,
+    ChecksToolPairs,
     CompactionPlan,
     CompactsWhileAppending,
+    Dumps,
+    Forks,
+    KeepsLifecycle,
     Retracts,
     Snapshot,
     Store,
+    ToolPairCheck,
 )
+from .backends.timeline import ConversationDump
 from .events import Event
+from .lifecycle.records import ConversationRecord, ErasureCounts
 from .search import SearchQuery, SearchResult
 from .summarizer import Summarizer, arun_summarizer, run_summarizer
 
@@ -101,8 +109,14 @@ def load(conversation_id: str) -> Steps[Snapshot]:
     return store_call(Store.load, conversation_id)
 
 
-def append(conversation_id: str, events: Sequence[Event]) -> Steps[Snapshot]:
-    """:meth:`Store.append <chat_memory.Store.append>` as a step."""
+def append(
+    conversation_id: str, events: Sequence[Event], check: ToolPairCheck | None = None
+) -> Steps[Snapshot]:
+    """:meth:`Store.append <chat_memory.Store.append>` as a step; with ``check``,
+    :meth:`ChecksToolPairs.append <chat_memory.backends.base.ChecksToolPairs.append>` (only
+    for a store with that ability)."""
+    if check is not None:
+        return store_call(ChecksToolPairs.append, conversation_id, events, check)
     return store_call(Store.append, conversation_id, events)
 
 
@@ -110,15 +124,28 @@ def append_compacting(
     conversation_id: str,
     events: Sequence[Event],
     planner: Callable[[Snapshot], CompactionPlan | None],
+    check: ToolPairCheck | None = None,
 ) -> Steps[tuple[Snapshot, bool]]:
     """:meth:`CompactsWhileAppending.append_compacting
-    <chat_memory.backends.base.CompactsWhileAppending.append_compacting>` as a step."""
+    <chat_memory.backends.base.CompactsWhileAppending.append_compacting>` as a step; with
+    ``check``, :meth:`ChecksToolPairs.append_compacting
+    <chat_memory.backends.base.ChecksToolPairs.append_compacting>`."""
+    if check is not None:
+        return store_call(
+            ChecksToolPairs.append_compacting, conversation_id, events, planner, check
+        )
     return store_call(CompactsWhileAppending.append_compacting, conversation_id, events, planner)
 
 
-def append_without_window(conversation_id: str, events: Sequence[Event]) -> Steps[list[Event]]:
+def append_without_window(
+    conversation_id: str, events: Sequence[Event], check: ToolPairCheck | None = None
+) -> Steps[list[Event]]:
     """:meth:`AppendsWithoutWindow.append_without_window
-    <chat_memory.backends.base.AppendsWithoutWindow.append_without_window>` as a step."""
+    <chat_memory.backends.base.AppendsWithoutWindow.append_without_window>` as a step; with
+    ``check``, :meth:`ChecksToolPairs.append_without_window
+    <chat_memory.backends.base.ChecksToolPairs.append_without_window>`."""
+    if check is not None:
+        return store_call(ChecksToolPairs.append_without_window, conversation_id, events, check)
     return store_call(AppendsWithoutWindow.append_without_window, conversation_id, events)
 
 
@@ -170,6 +197,84 @@ def retracted(conversation_id: str) -> Steps[list[Event]]:
     return store_call(Retracts.retracted, conversation_id)
 
 
+def fork(conversation_id: str, new_conversation_id: str, at: int | None) -> Steps[Snapshot]:
+    """:meth:`Forks.fork <chat_memory.backends.base.Forks.fork>` as a step."""
+    return store_call(Forks.fork, conversation_id, new_conversation_id, at)
+
+
+def dump(conversation_id: str) -> Steps[ConversationDump | None]:
+    """:meth:`Dumps.dump <chat_memory.backends.base.Dumps.dump>` as a step."""
+    return store_call(Dumps.dump, conversation_id)
+
+
+def restore(conversation: ConversationDump) -> Steps[None]:
+    """:meth:`Dumps.restore <chat_memory.backends.base.Dumps.restore>` as a step."""
+    return store_call(Dumps.restore, conversation)
+
+
+# the lifecycle steps (docs/lifecycle.md): KeepsLifecycle's methods
+
+
+def conversation_record(conversation_id: str) -> Steps[ConversationRecord | None]:
+    """:meth:`KeepsLifecycle.conversation_record
+    <chat_memory.backends.base.KeepsLifecycle.conversation_record>` as a step."""
+    return store_call(KeepsLifecycle.conversation_record, conversation_id)
+
+
+def set_metadata(
+    conversation_id: str,
+    title: str | None,
+    tags: Sequence[str] | None,
+    values: Mapping[str, Any],
+) -> Steps[ConversationRecord]:
+    """:meth:`KeepsLifecycle.set_metadata <chat_memory.backends.base.KeepsLifecycle.set_metadata>`
+    as a step."""
+    return store_call(KeepsLifecycle.set_metadata, conversation_id, title, tags, values)
+
+
+def list_conversations(
+    scope: str, tag: str | None, offset: int, limit: int
+) -> Steps[list[ConversationRecord]]:
+    """:meth:`KeepsLifecycle.list_conversations
+    <chat_memory.backends.base.KeepsLifecycle.list_conversations>` as a step."""
+    return store_call(KeepsLifecycle.list_conversations, scope, tag, offset, limit)
+
+
+def idle_conversations(scope: str | None, cutoff: datetime, limit: int) -> Steps[list[str]]:
+    """:meth:`KeepsLifecycle.idle_conversations
+    <chat_memory.backends.base.KeepsLifecycle.idle_conversations>` as a step."""
+    return store_call(KeepsLifecycle.idle_conversations, scope, cutoff, limit)
+
+
+def delete_idle(conversation_id: str, cutoff: datetime) -> Steps[ErasureCounts | None]:
+    """:meth:`KeepsLifecycle.delete_idle <chat_memory.backends.base.KeepsLifecycle.delete_idle>`
+    as a step."""
+    return store_call(KeepsLifecycle.delete_idle, conversation_id, cutoff)
+
+
+def erase(conversation_id: str, guard_seconds: float) -> Steps[ErasureCounts]:
+    """:meth:`KeepsLifecycle.erase <chat_memory.backends.base.KeepsLifecycle.erase>` as a step."""
+    return store_call(KeepsLifecycle.erase, conversation_id, guard_seconds)
+
+
+def erase_scope(scope: str, limit: int, guard_seconds: float) -> Steps[ErasureCounts]:
+    """:meth:`KeepsLifecycle.erase_scope <chat_memory.backends.base.KeepsLifecycle.erase_scope>`
+    as a step."""
+    return store_call(KeepsLifecycle.erase_scope, scope, limit, guard_seconds)
+
+
+def erase_namespaces(scope: str, guard_seconds: float) -> Steps[ErasureCounts]:
+    """:meth:`KeepsLifecycle.erase_namespaces
+    <chat_memory.backends.base.KeepsLifecycle.erase_namespaces>` as a step."""
+    return store_call(KeepsLifecycle.erase_namespaces, scope, guard_seconds)
+
+
+def sweep_namespaces(scope: str | None, now: datetime) -> Steps[tuple[int, ErasureCounts]]:
+    """:meth:`KeepsLifecycle.sweep_namespaces
+    <chat_memory.backends.base.KeepsLifecycle.sweep_namespaces>` as a step."""
+    return store_call(KeepsLifecycle.sweep_namespaces, scope, now)
+
+
 def summarize(
     summarizer: Summarizer,
     previous: str | None,
@@ -197,6 +302,18 @@ STORE_STEPS = (
     compactions,
     retract,
     retracted,
+    fork,
+    dump,
+    restore,
+    conversation_record,
+    set_metadata,
+    list_conversations,
+    idle_conversations,
+    delete_idle,
+    erase,
+    erase_scope,
+    erase_namespaces,
+    sweep_namespaces,
 )
 
 
@@ -286,15 +403,27 @@ __all__ = [
     "arun",
     "drive",
     "compactions",
+    "dump",
+    "fork",
     "find_events",
     "find_tool_events",
     "history",
     "load",
     "record_compaction_error",
+    "restore",
     "retract",
     "retracted",
     "run",
     "search",
     "store_call",
     "summarize",
+    "conversation_record",
+    "set_metadata",
+    "list_conversations",
+    "idle_conversations",
+    "delete_idle",
+    "erase",
+    "erase_scope",
+    "erase_namespaces",
+    "sweep_namespaces",
 ]

@@ -44,6 +44,7 @@ PUBLIC_MODULES = {
     "chat_memory.templates",
     "chat_memory.testing.scripted_model",
     "chat_memory.tools",
+    "chat_memory.transfer",  # export_store, import_store, copy_store: docs/moving-stores.md
 }
 OPTIONAL = (
     "anthropic",

@@ -27,11 +27,16 @@ from ..events import Event
 from ..search import SearchQuery, SearchResult
 from .base import (
     AppendsWithoutWindow,
+    ChecksToolPairs,
     CompactionPlan,
     CompactsWhileAppending,
+    Dumps,
+    Forks,
+    KeepsLifecycle,
     Retracts,
     Snapshot,
     Store,
+    ToolPairCheck,
 )
 from .declarations import declared_class
 from .failures import DriverErrors, wrap_driver_errors
@@ -50,7 +55,9 @@ T = TypeVar("T")
 class AsyncStore(ABC):
     """The store protocol as coroutines (same names, arguments and guarantees as
     :class:`~chat_memory.backends.base.Store`). ``compacts_while_appending`` says whether
-    :meth:`append_compacting` may be used (one write per turn for non-summarising strategies)."""
+    :meth:`append_compacting` may be used (one write per turn for non-summarising strategies);
+    ``checks_tool_pairs`` whether the append methods take ``check`` and run it inside their
+    write (:class:`~chat_memory.backends.base.ChecksToolPairs`, as coroutines)."""
 
     #: URL schemes :func:`open_async_store` serves with this class (natively async). A class
     #: that sets it registers itself, as a sync store does; a twin named by its sync store's
@@ -67,6 +74,7 @@ class AsyncStore(ABC):
     #: :attr:`Store.driver_errors <chat_memory.backends.base.Store.driver_errors>`).
     driver_errors: ClassVar[DriverErrors] = ()
     compacts_while_appending: bool = False
+    checks_tool_pairs: bool = False
 
     _WRAPPED: ClassVar[tuple[str, ...]] = Store._WRAPPED
 
@@ -184,6 +192,7 @@ class ThreadedStore(AsyncStore):
         self.store = store
         self.max_workers = max_workers
         self.compacts_while_appending = isinstance(store, CompactsWhileAppending)
+        self.checks_tool_pairs = isinstance(store, ChecksToolPairs)
         if isinstance(store, AppendsWithoutWindow):
             # only then: the engine takes the lean path when it finds these methods
             appends = store
@@ -193,6 +202,17 @@ class ThreadedStore(AsyncStore):
             retracts = store
             self.retract = self._threaded(lambda: retracts.retract)
             self.retracted = self._threaded(lambda: retracts.retracted)
+        if isinstance(store, Forks):
+            forks = store
+            self.fork = self._threaded(lambda: forks.fork)
+        if isinstance(store, Dumps):
+            dumps = store
+            self.dump = self._threaded(lambda: dumps.dump)
+            self.restore = self._threaded(lambda: dumps.restore)
+        if isinstance(store, KeepsLifecycle):
+            # metadata, listing, sweeps and erasure (docs/lifecycle.md), by name as the rest
+            for name in sorted(KeepsLifecycle.__abstractmethods__):
+                setattr(self, name, self._threaded(functools.partial(getattr, store, name)))
         self._executor = ThreadPoolExecutor(
             max_workers=max_workers, thread_name_prefix="chat-memory"
         )
@@ -217,19 +237,41 @@ class ThreadedStore(AsyncStore):
     async def load(self, conversation_id: str) -> Snapshot:
         return await self._run(self.store.load, conversation_id)
 
-    async def append(self, conversation_id: str, events: Sequence[Event]) -> Snapshot:
-        return await self._run(self.store.append, conversation_id, events)
+    async def append(
+        self, conversation_id: str, events: Sequence[Event], check: ToolPairCheck | None = None
+    ) -> Snapshot:
+        if check is None:
+            return await self._run(self.store.append, conversation_id, events)
+        return await self._run(self._checking().append, conversation_id, events, check)
 
     async def append_compacting(
         self,
         conversation_id: str,
         events: Sequence[Event],
         planner: Callable[[Snapshot], CompactionPlan | None],
+        check: ToolPairCheck | None = None,
     ) -> tuple[Snapshot, bool]:
         store = self.store
         if not (self.compacts_while_appending and isinstance(store, CompactsWhileAppending)):
-            return await super().append_compacting(conversation_id, events, planner)
-        return await self._run(store.append_compacting, conversation_id, events, planner)
+            if check is None:
+                return await super().append_compacting(conversation_id, events, planner)
+            snapshot = await self.append(conversation_id, events, check)
+            plan = planner(snapshot)
+            return snapshot, plan is not None and await self.apply(conversation_id, plan)
+        if check is None:
+            return await self._run(store.append_compacting, conversation_id, events, planner)
+        return await self._run(
+            self._checking().append_compacting, conversation_id, events, planner, check
+        )
+
+    def _checking(self) -> ChecksToolPairs:
+        """The store, which must have the ability the engine passes ``check`` for."""
+        if not isinstance(self.store, ChecksToolPairs):
+            raise ConfigurationError(
+                f"store ({type(self.store).__name__}) cannot run a tool-pair check inside its "
+                "append (it lacks the ChecksToolPairs ability)"
+            )
+        return self.store
 
     async def apply(self, conversation_id: str, plan: CompactionPlan) -> bool:
         return await self._run(self.store.apply, conversation_id, plan)

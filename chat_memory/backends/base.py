@@ -15,10 +15,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, ClassVar
 
 from ..errors import ConfigurationError, InvalidInputError
 from ..events import Event, Window
+from ..lifecycle.keys import SCOPE_PREFIX, ScopedKey
+from ..lifecycle.records import ConversationRecord, ErasureCounts
 from ..search import SearchQuery, SearchResult
 from .bookkeeping import (
     tool_events,
@@ -26,20 +29,32 @@ from .bookkeeping import (
 from .declarations import StoreNode, StoreOption, settings_from_url
 from .failures import DriverErrors, wrap_driver_errors
 from .registry import register
+from .timeline import ConversationDump
 
 __all__ = [
     "COMPACTION_RECORDS_KEPT",
     "MAX_CONVERSATION_ID_LENGTH",
     "CompactionPlan",
     "AppendsWithoutWindow",
+    "ChecksToolPairs",
     "CompactsWhileAppending",
+    "KeepsLifecycle",
+    "Dumps",
+    "Forks",
     "Retracts",
     "Snapshot",
     "Store",
+    "ToolPairCheck",
     "check_conversation_id",
 ]
 
 MAX_CONVERSATION_ID_LENGTH = 1024
+
+#: The engine's tool-pair check of one ``add()``, run by a store with :class:`ChecksToolPairs`
+#: inside its append: given the stored events the batch's tool events need (see
+#: :class:`ChecksToolPairs`), it returns the batch to append (each nameless tool result named
+#: after its call) or raises :class:`~chat_memory.errors.InvalidEventError`.
+ToolPairCheck = Callable[[list[Event]], list[Event]]
 
 
 def check_conversation_id(conversation_id: Any) -> str:
@@ -55,6 +70,12 @@ def check_conversation_id(conversation_id: Any) -> str:
     if "\x00" in conversation_id:
         raise InvalidInputError(
             f"conversation_id ({conversation_id!r}) must not contain NUL characters"
+        )
+    if conversation_id.startswith(SCOPE_PREFIX) and not isinstance(conversation_id, ScopedKey):
+        # only a scoped view (memory.for_user) makes these: an id from data never names one
+        raise InvalidInputError(
+            f"conversation_id ({conversation_id[:80]!r}) starts with {SCOPE_PREFIX!r}, reserved "
+            "for scoped conversations: reach them through memory.for_user(user, app)"
         )
     try:
         conversation_id.encode("utf-8")
@@ -179,6 +200,18 @@ class Store(ABC):
         "compactions",
         "clear",
         "conversations",
+        "fork",
+        "dump",
+        "restore",
+        "conversation_record",
+        "set_metadata",
+        "list_conversations",
+        "idle_conversations",
+        "delete_idle",
+        "erase",
+        "erase_scope",
+        "erase_namespaces",
+        "sweep_namespaces",
     )
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
@@ -340,6 +373,49 @@ class AppendsWithoutWindow(ABC):
         ``tool_call_id`` is one of ``tool_call_ids``."""
 
 
+class ChecksToolPairs(ABC):
+    """Optional ability of a store: run the engine's tool-pair check of an ``add()`` inside
+    the append's own atomic write (under its lock, in its transaction or script), so that the
+    check sees exactly what the append writes after: one read and one write per append, and
+    two writers racing to add a result for one call (or one call id twice) cannot both pass.
+
+    Each append method takes ``check``. When it is given, the store, atomically with the
+    append, finds the stored events whose ``id`` is one of
+    :func:`~chat_memory.event_checks.tool_event_ids` of the batch or whose ``tool_call_id`` is
+    one of :func:`~chat_memory.event_checks.tool_call_ids` of it (window and archive, archived
+    ones marked ``archived=True``; never the summary), oldest first, each once; calls
+    ``check(found)``; and appends what it returns in place of the batch. A check that raises
+    (:class:`~chat_memory.errors.InvalidEventError`) propagates, nothing written. A store that
+    must read again (its write found the conversation changed since the look-up) calls
+    ``check`` again on the new look-up. The engine passes ``check`` only to a store with this
+    ability (async stores say so with ``checks_tool_pairs``) and only for a batch holding tool
+    events; to any other store it keeps checking against a read before the append."""
+
+    @abstractmethod
+    def append(
+        self, conversation_id: str, events: Sequence[Event], check: ToolPairCheck | None = None
+    ) -> Snapshot:
+        """:meth:`Store.append`, running ``check`` inside the write when it is given."""
+
+    @abstractmethod
+    def append_without_window(
+        self, conversation_id: str, events: Sequence[Event], check: ToolPairCheck | None = None
+    ) -> list[Event]:
+        """:meth:`AppendsWithoutWindow.append_without_window`, running ``check`` inside the
+        write when it is given."""
+
+    @abstractmethod
+    def append_compacting(
+        self,
+        conversation_id: str,
+        events: Sequence[Event],
+        planner: Callable[[Snapshot], CompactionPlan | None],
+        check: ToolPairCheck | None = None,
+    ) -> tuple[Snapshot, bool]:
+        """:meth:`CompactsWhileAppending.append_compacting`, running ``check`` inside the
+        write when it is given (before ``planner``, which sees the batch ``check`` returned)."""
+
+
 class Retracts(ABC):
     """Optional ability of a store: take events back (retraction, the engine's "remove").
 
@@ -361,3 +437,106 @@ class Retracts(ABC):
     @abstractmethod
     def retracted(self, conversation_id: str) -> list[Event]:
         """The conversation's retracted events, oldest first, marked ``retracted=True``."""
+
+
+class Forks(ABC):
+    """Optional ability of a store: fork a conversation, as cheaply as the store can (one
+    transaction, one script, server-side copies), keeping the timeline it needs
+    (:mod:`chat_memory.backends.timeline`: a compaction, retraction and dropped-pin entry per
+    :meth:`Store.apply`, :meth:`Retracts.retract` and archive-cap deletion of a superseded pin).
+    Async stores offer the same method as a coroutine (the engine finds it by name)."""
+
+    @abstractmethod
+    def fork(self, conversation_id: str, new_conversation_id: str, at: int | None) -> Snapshot:
+        """Create ``new_conversation_id`` as the conversation was at seq ``at`` (None: now;
+        see :func:`~chat_memory.backends.timeline.state_at`), atomically, and return its
+        snapshot. :class:`~chat_memory.errors.InvalidInputError`, writing nothing, when the
+        source is not stored, the new id is, or ``at`` is out of range (each named)."""
+
+
+class Dumps(ABC):
+    """Optional ability of a store: dump one conversation exactly and restore it, without
+    re-running compaction (export, import and ``chat-memory copy``; docs/moving-stores.md).
+    Async stores offer the same methods as coroutines."""
+
+    @abstractmethod
+    def dump(self, conversation_id: str) -> ConversationDump | None:
+        """The whole conversation (:class:`~chat_memory.backends.timeline.ConversationDump`),
+        None when it is not stored."""
+
+    @abstractmethod
+    def restore(self, dump: ConversationDump) -> None:
+        """Store ``dump`` as conversation ``dump.conversation_id``, atomically, exactly (seqs,
+        flags, summary, records, timeline, metadata); refuses with
+        :class:`~chat_memory.errors.InvalidInputError` naming the id when it is stored already."""
+
+
+class KeepsLifecycle(ABC):
+    """Optional ability of a store: conversation metadata, listing by scope, retention sweeps
+    and erasure (docs/lifecycle.md, "The store ability"). Keys are store keys (bare or
+    scoped, :mod:`chat_memory.lifecycle.keys`); a ``scope`` is a scope prefix
+    (:func:`~chat_memory.lifecycle.keys.scope_prefix`, ``""``: the unscoped conversations).
+    Keys a method returns are marked with :func:`~chat_memory.lifecycle.keys.stored_key`, so
+    they may be passed back. Every write of a conversation (append, apply, retract,
+    :meth:`set_metadata`) refreshes its ``last_active_at``. Async stores offer the same
+    methods as coroutines (the engine finds them by name)."""
+
+    @abstractmethod
+    def conversation_record(self, conversation_id: str) -> ConversationRecord | None:
+        """The conversation's metadata, None when it is not stored."""
+
+    @abstractmethod
+    def set_metadata(
+        self,
+        conversation_id: str,
+        title: str | None,
+        tags: Sequence[str] | None,
+        values: Mapping[str, Any],
+    ) -> ConversationRecord:
+        """Atomically: ``title``/``tags`` replace the stored ones unless None; ``values`` are
+        merged into the free key-values (a value None removes its key); ``last_active_at`` is
+        refreshed. A conversation not stored yet is created, empty. Returns the new record."""
+
+    @abstractmethod
+    def list_conversations(
+        self, scope: str, tag: str | None, offset: int, limit: int
+    ) -> list[ConversationRecord]:
+        """The scope's conversations (with ``tag`` if given), newest ``last_active_at`` first
+        (ties by key), the ``offset``/``limit`` slice, through an index (never a scan of the
+        whole store)."""
+
+    @abstractmethod
+    def idle_conversations(self, scope: str | None, cutoff: datetime, limit: int) -> list[str]:
+        """Up to ``limit`` keys of conversations whose ``last_active_at`` is before ``cutoff``
+        (an aware UTC datetime), oldest activity first; in ``scope`` or, None, in every scope."""
+
+    @abstractmethod
+    def delete_idle(self, conversation_id: str, cutoff: datetime) -> ErasureCounts | None:
+        """Delete the conversation, with everything it owns, only if its ``last_active_at`` is
+        still before ``cutoff`` at the moment of the delete (a conditional delete: one written
+        to since it was found idle is kept); returns what was deleted, None when kept or gone."""
+
+    @abstractmethod
+    def erase(self, conversation_id: str, guard_seconds: float) -> ErasureCounts:
+        """Delete the conversation with everything it owns (zeros when it is not stored), and
+        refuse, for ``guard_seconds``, a write that would create it again
+        (:class:`~chat_memory.errors.ConcurrencyError`): a writer racing the erasure is
+        refused, never left behind."""
+
+    @abstractmethod
+    def erase_scope(self, scope: str, limit: int, guard_seconds: float) -> ErasureCounts:
+        """Guard the scope as :meth:`erase` does (first), then delete up to ``limit`` of its
+        conversations, atomically per call; the caller repeats while a call deletes
+        ``limit`` (erase until empty). ``scope`` must not be ``""``."""
+
+    @abstractmethod
+    def erase_namespaces(self, scope: str, guard_seconds: float) -> ErasureCounts:
+        """Delete the long-term namespaces of ``scope`` (named with
+        :func:`~chat_memory.lifecycle.keys.scoped_namespace`), files and kept versions,
+        guarded as :meth:`erase_scope`; ``long_term_files`` and ``long_term_versions`` count
+        them. ``scope`` must not be ``""``."""
+
+    @abstractmethod
+    def sweep_namespaces(self, scope: str | None, now: datetime) -> tuple[int, ErasureCounts]:
+        """Delete the long-term namespaces (of ``scope``; None: all) that have a retention
+        and were not written to within it before ``now``; returns how many and what they held."""

@@ -37,18 +37,28 @@ a turn costs no extra round trip.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from ..errors import StorageError
 from ..events import Event
 from ..search import SearchQuery, SearchResult
-from .base import AppendsWithoutWindow, CompactionPlan, Retracts, Snapshot, Store
+from .base import (
+    AppendsWithoutWindow,
+    ChecksToolPairs,
+    CompactionPlan,
+    CompactsWhileAppending,
+    Retracts,
+    Snapshot,
+    Store,
+    ToolPairCheck,
+)
 from .declarations import ConnectionField, StoreNode
 from .failures import wrap_driver_errors
 from .redis_io import LuaScript, RedisSteps, ScriptSource, driver, driver_target, retry, run
 from .redis_sansio import DEFAULT_PREFIX, RedisSansIO
+from .redis_writes import RedisWrites
 
 if TYPE_CHECKING:
     from .redis_io import SyncClient
@@ -90,7 +100,14 @@ NODE = StoreNode(
 )
 
 
-class RedisStore(RedisSansIO["SyncClient"], AppendsWithoutWindow, Retracts, Store):
+class RedisStore(
+    RedisWrites["SyncClient"],
+    ChecksToolPairs,
+    AppendsWithoutWindow,
+    CompactsWhileAppending,
+    Retracts,
+    Store,
+):
     """Conversations in Redis (``redis://``, ``rediss://``) or Redis Cluster
     (``redis+cluster://host:port``).
 
@@ -174,15 +191,38 @@ class RedisStore(RedisSansIO["SyncClient"], AppendsWithoutWindow, Retracts, Stor
     def conversations(self) -> list[str]:
         return self._do(self._conversations_steps())
 
-    def append(self, conversation_id: str, events: Sequence[Event]) -> Snapshot:
-        return self._do(self._append_steps(conversation_id, events))
+    def append(
+        self, conversation_id: str, events: Sequence[Event], check: ToolPairCheck | None = None
+    ) -> Snapshot:
+        """One script; with ``check``, conditional on the state the batch was checked on (see
+        :mod:`~chat_memory.backends.redis_writes`)."""
+        if check is None:
+            return self._do(self._append_steps(conversation_id, events))
+        return self._do(self._checked_append_steps(conversation_id, events, check))
 
     @wrap_driver_errors
-    def append_without_window(self, conversation_id: str, events: Sequence[Event]) -> list[Event]:
+    def append_without_window(
+        self, conversation_id: str, events: Sequence[Event], check: ToolPairCheck | None = None
+    ) -> list[Event]:
         """Append like :meth:`append` (atomic, idempotent per event id) and return the stored
         copy of each of ``events``, in order, without reading the window: the id index finds
-        retried events, so the cost depends on the batch, not on the conversation's length."""
-        return self._do(self._append_without_window_steps(conversation_id, events))
+        retried events, so the cost depends on the batch, not on the conversation's length
+        (``check`` runs on a look-up by index)."""
+        if check is None:
+            return self._do(self._append_without_window_steps(conversation_id, events))
+        return self._do(self._checked_append_without_window_steps(conversation_id, events, check))
+
+    def append_compacting(
+        self,
+        conversation_id: str,
+        events: Sequence[Event],
+        planner: Callable[[Snapshot], CompactionPlan | None],
+        check: ToolPairCheck | None = None,
+    ) -> tuple[Snapshot, bool]:
+        """One script for the append and the plan, made on the held window plus the batch,
+        when that window is current; else the plan made on the window the append returns,
+        applied by a second script (see :mod:`~chat_memory.backends.redis_writes`)."""
+        return self._do(self._append_compacting_steps(conversation_id, events, planner, check))
 
     def find_events(
         self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]

@@ -16,10 +16,11 @@ from ..errors import ConfigurationError
 from ..events import Event
 from ..search import SearchQuery, SearchResult
 from .aio import AsyncStore
-from .base import CompactionPlan, Snapshot
+from .base import CompactionPlan, Snapshot, ToolPairCheck
 from .failures import wrap_driver_errors
 from .redis_io import RedisSteps, arun, driver, driver_target, retry
 from .redis_sansio import RedisSansIO
+from .redis_writes import RedisWrites
 
 if TYPE_CHECKING:
     from .redis_io import AsyncClient
@@ -35,7 +36,7 @@ def _driver() -> Any:
     return driver("redis.asyncio", "redis.asyncio.cluster")
 
 
-class AsyncRedisStore(RedisSansIO["AsyncClient"], AsyncStore):
+class AsyncRedisStore(RedisWrites["AsyncClient"], AsyncStore):
     """Conversations in Redis (``redis://``, ``rediss://``) or Redis Cluster
     (``redis+cluster://host:port``), for :class:`~chat_memory.AsyncChatMemory`.
 
@@ -47,6 +48,8 @@ class AsyncRedisStore(RedisSansIO["AsyncClient"], AsyncStore):
 
     schemes = RedisSansIO.schemes
     driver_modules = ("redis.asyncio",)
+    compacts_while_appending = True
+    checks_tool_pairs = True
     #: Builds a new client like the first one (set by :meth:`from_url`; None for a client
     #: passed in): redis.asyncio's connections belong to the event loop that opened them.
     _reopen: Callable[[], AsyncClient] | None = None
@@ -135,15 +138,36 @@ class AsyncRedisStore(RedisSansIO["AsyncClient"], AsyncStore):
     async def load(self, conversation_id: str) -> Snapshot:
         return await self._do(self._load_steps(conversation_id))
 
-    async def append(self, conversation_id: str, events: Sequence[Event]) -> Snapshot:
-        return await self._do(self._append_steps(conversation_id, events))
+    async def append(
+        self, conversation_id: str, events: Sequence[Event], check: ToolPairCheck | None = None
+    ) -> Snapshot:
+        """:meth:`RedisStore.append <chat_memory.backends.redis.RedisStore.append>`."""
+        if check is None:
+            return await self._do(self._append_steps(conversation_id, events))
+        return await self._do(self._checked_append_steps(conversation_id, events, check))
 
     @wrap_driver_errors
     async def append_without_window(
-        self, conversation_id: str, events: Sequence[Event]
+        self, conversation_id: str, events: Sequence[Event], check: ToolPairCheck | None = None
     ) -> list[Event]:
         """:meth:`RedisStore.append_without_window <chat_memory.backends.redis.RedisStore.append_without_window>`."""
-        return await self._do(self._append_without_window_steps(conversation_id, events))
+        if check is None:
+            return await self._do(self._append_without_window_steps(conversation_id, events))
+        return await self._do(
+            self._checked_append_without_window_steps(conversation_id, events, check)
+        )
+
+    async def append_compacting(
+        self,
+        conversation_id: str,
+        events: Sequence[Event],
+        planner: Callable[[Snapshot], CompactionPlan | None],
+        check: ToolPairCheck | None = None,
+    ) -> tuple[Snapshot, bool]:
+        """:meth:`RedisStore.append_compacting <chat_memory.backends.redis.RedisStore.append_compacting>`."""
+        return await self._do(
+            self._append_compacting_steps(conversation_id, events, planner, check)
+        )
 
     async def apply(self, conversation_id: str, plan: CompactionPlan) -> bool:
         return await self._do(self._apply_steps(conversation_id, plan))

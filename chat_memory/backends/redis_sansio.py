@@ -157,6 +157,11 @@ def _id_prefix(event_id: str) -> str:
     return envelope_id_prefix(Event.user("").model_copy(update={"id": event_id}).to_json())
 
 
+class StateMoved(Exception):
+    """A conditional append found the conversation changed since the state the caller
+    checked its batch on: nothing was written (the caller looks again and retries)."""
+
+
 class RedisSansIO(ABC, Generic[ClientT]):
     """The I/O-free half of the Redis stores (see the module docstring), over a client of
     type ``ClientT``. ``prefix`` namespaces every key (no ``{`` or ``}``);
@@ -448,13 +453,23 @@ class RedisSansIO(ABC, Generic[ClientT]):
         index (window and archive); only the elements asked for are read. When an index is
         behind (an older chat-memory wrote since), the history instead, once: the next append
         rebuilds the indexes."""
+        found, _ = yield from self._find_at_steps(conversation_id, event_ids, tool_call_ids)
+        return found
+
+    def _find_at_steps(
+        self, conversation_id: str, event_ids: Collection[str], tool_call_ids: Collection[str]
+    ) -> RedisSteps[tuple[list[Event], tuple[str, int]]]:
+        """:meth:`_find_events_steps`, and the epoch and version of the state it looked at
+        (when the history was read instead, a state no newer than it: an append conditional
+        on that state is refused if anything was written meanwhile)."""
         cid = check_conversation_id(conversation_id)
         wanted_ids, wanted_calls = set(event_ids), set(tool_call_ids)
         prefixes = [_id_prefix(i) for i in wanted_ids]
         fields = [tool_call_fragment(i)[len('"tool_call_id":') :] for i in wanted_calls]
         reply = yield from self._run_steps("find", cid, len(prefixes), *prefixes, *fields)
+        state = (_text(reply[-1]), int(reply[-2]))
         if int(reply[0]):
-            _, by_id, by_call, flags = reply
+            by_id, by_call, flags = reply[1:4]
             found = [_event(e) for e in by_id] + [
                 _event(e, archived=_text(f) == "1") for e, f in zip(by_call, flags)
             ]
@@ -467,7 +482,7 @@ class RedisSansIO(ABC, Generic[ClientT]):
             ]
             found += tool_events(history, wanted_calls)
         unique = {e.seq: e for e in found}
-        return sorted(unique.values(), key=lambda e: e.seq or 0)
+        return sorted(unique.values(), key=lambda e: e.seq or 0), state
 
     def _conversations_steps(self) -> RedisSteps[list[str]]:
         ids = sorted(_text(m) for m in (yield from self._command_steps("smembers", self._registry)))
@@ -501,13 +516,24 @@ class RedisSansIO(ABC, Generic[ClientT]):
         events: Sequence[Event],
         reply: str,
         held: tuple[str, Snapshot] | None,
+        condition: str = "",
+        basis: tuple[str, int] | None = None,
+        plan: tuple[str, str] | None = None,
     ) -> RedisSteps[tuple[list[Any], list[tuple[Event, str]]]]:
         """One append script call (``reply``: ``"w"`` the window, ``"b"`` the batch's seqs),
         and each event with the envelope sent (each event is serialised once). The whole batch
         goes in one call, so it is stored whole or not at all; the script itself never hands
-        Redis more than 1,000 arguments per command."""
-        if held is not None:
-            reply = f"{reply}:{held[0]}:{held[1].version}"
+        Redis more than 1,000 arguments per command.
+
+        ``condition`` (``"!"``: the held window, ``"="``: ``basis``, the epoch and version of a
+        state looked up) makes the append conditional on the conversation being at that state
+        still; when it is not, nothing is written and :class:`StateMoved` is raised. ``plan``:
+        the compaction plan and record arguments of append.lua (see there)."""
+        if basis is None and held is not None:
+            basis = (held[0], held[1].version)
+        reply = (
+            f"{reply}{condition}" if basis is None else f"{reply}{condition}:{basis[0]}:{basis[1]}"
+        )
         args: list[Any] = [cid, self._ttl, uuid.uuid4().hex, reply]
         batch: list[tuple[Event, str]] = []
         for event in events:
@@ -517,7 +543,11 @@ class RedisSansIO(ABC, Generic[ClientT]):
                 args += ["p", envelope, "", envelope_id_prefix(envelope)]
             else:
                 args += ["a", envelope, search_text(event) or "", envelope_id_prefix(envelope)]
+        if plan is not None:
+            args += plan
         found: list[Any] = yield from self._run_steps("append", cid, *args)
+        if int(found[0]) < 0:
+            raise StateMoved(cid)
         if found[0] and self.cluster:
             yield from command("sadd", self._registry, cid)
         return found, batch
@@ -532,8 +562,19 @@ class RedisSansIO(ABC, Generic[ClientT]):
         self, conversation_id: str, events: Sequence[Event]
     ) -> RedisSteps[list[Event]]:
         cid = check_conversation_id(conversation_id)
-        held = self._held(cid)
-        found, batch = yield from self._append_script_steps(cid, events, "b", held)
+        return (yield from self._stored_batch_steps(cid, events, self._held(cid)))
+
+    def _stored_batch_steps(
+        self,
+        cid: str,
+        events: Sequence[Event],
+        held: tuple[str, Snapshot] | None,
+        condition: str = "",
+        basis: tuple[str, int] | None = None,
+    ) -> RedisSteps[list[Event]]:
+        """Append ``events`` (``"b"``: the reply is the batch's seqs, not the window), as
+        :meth:`_append_script_steps` with ``condition`` and ``basis``; the stored copy of each."""
+        found, _ = yield from self._append_script_steps(cid, events, "b", held, condition, basis)
         _, version, last_seq, seqs, existing, mode, epoch = found
         stored: list[Event | None] = []
         for event, seq, element in zip(events, seqs, existing):
@@ -543,8 +584,12 @@ class RedisSansIO(ABC, Generic[ClientT]):
                 stored.append(_event(element) if element else None)
         if held is not None and _text(mode) == "tail":
             # the held window plus this batch is the window now: keep it for the next read (only
-            # its window and version are ever used again)
-            window = _with_batch(held[1].window, batch, seqs)
+            # its window and version are ever used again), the stored copies above in it
+            before = held[1].window
+            added = [e for e, seq in zip(stored, seqs) if int(seq) and e is not None]
+            window = Window(
+                pinned=before.pinned, summary=before.summary, active=(*before.active, *added)
+            )
             self._hold(
                 cid,
                 epoch,

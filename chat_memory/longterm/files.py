@@ -22,6 +22,7 @@ from typing import Any, ClassVar, TypeVar
 from ..backends.failures import DriverErrors, wrap_driver_errors
 from ..backoff import Backoff
 from ..errors import ConcurrencyError, ConfigurationError
+from ..lifecycle.keys import SCOPE_PREFIX, ScopedKey, is_scoped
 from .budget import MemoryLimits
 from .occurrences import echo, find_occurrences, line_list, shown
 from .paths import ROOT, MemoryLimitError, MemoryToolError, check_path, check_text, is_within
@@ -73,7 +74,21 @@ def check_namespace(namespace: Any) -> str:
         namespace.encode("utf-8")
     except UnicodeEncodeError:
         raise ConfigurationError(f"namespace ({namespace!r}) is not valid Unicode text") from None
+    if is_scoped(namespace) and not isinstance(namespace, ScopedKey):
+        raise ConfigurationError(
+            f"namespace ({namespace[:60]!r}) starts with {SCOPE_PREFIX!r}, reserved for users' "
+            "namespaces: pass user= (and app=) to long_term_memory instead"
+        )
     return namespace
+
+
+def _check_retention(value: Any) -> int | None:
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+        raise ConfigurationError(
+            f"retention_seconds ({value!r}) must be a whole number of seconds, 1 or more, or None"
+        )
+    result: int | None = value
+    return result
 
 
 def size_of(content: str) -> int:
@@ -105,12 +120,28 @@ class MemoryFiles(ABC):
             if method is not None:
                 setattr(cls, name, wrap_driver_errors(method))
 
+    #: Whether this backend keeps a namespace's ``retention_seconds`` (and so may be given one).
+    keeps_retention: ClassVar[bool] = False
+
     def __init__(
-        self, namespace: str, *, limits: MemoryLimits | None = None, retry: Backoff | None = None
+        self,
+        namespace: str,
+        *,
+        limits: MemoryLimits | None = None,
+        retry: Backoff | None = None,
+        retention_seconds: int | None = None,
     ) -> None:
         self.namespace = check_namespace(namespace)
         self.limits = limits or MemoryLimits()
         self.retry = retry or Backoff(attempts=60, base=0.003, cap=0.3)
+        #: the namespace is deleted by ``memory.sweep()`` once nothing was written to it for
+        #: this long (docs/lifecycle.md); None keeps it forever
+        self.retention_seconds = _check_retention(retention_seconds)
+        if retention_seconds is not None and not self.keeps_retention:
+            raise ConfigurationError(
+                f"retention_seconds ({retention_seconds!r}): {type(self).__name__} does not keep "
+                "a long-term retention yet (memory:// does)"
+            )
 
     # -- what a backend implements -------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Mapping
@@ -10,6 +11,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
+from ..errors import ConcurrencyError
+from ..lifecycle.keys import guard_name, is_scoped, scope_of_key
+from ..lifecycle.records import ErasureCounts
 from .budget import live_limits_hold
 from .files import FileEntry, FileVersion, MemoryFiles, StoredFile, size_of
 from .paths import placement_holds
@@ -22,12 +26,17 @@ class _Namespace:
     log: deque[FileVersion] = field(default_factory=deque)
     #: content bytes of the versions in ``log``
     log_bytes: int = 0
+    #: the retention of the namespace's last writer and when it wrote (docs/lifecycle.md)
+    retention_seconds: int | None = None
+    written_at: datetime | None = None
 
 
 @dataclass
 class _Namespaces:
     lock: threading.Lock = field(default_factory=threading.Lock)
     by_name: dict[str, _Namespace] = field(default_factory=dict)
+    #: scope prefixes being erased, until a deadline (``time.monotonic``): commits refused
+    guards: dict[str, float] = field(default_factory=dict)
 
 
 #: the namespaces of each store object, living as long as it does
@@ -46,6 +55,8 @@ def namespaces_of(store: Any) -> _Namespaces:
 class InMemoryFiles(MemoryFiles):
     """One namespace held in this process (tests, demos); shared by every ``InMemoryFiles``
     made for the same store object."""
+
+    keeps_retention = True
 
     def __init__(self, store: Any = None, namespace: str = "default", **options: Any) -> None:
         super().__init__(namespace, **options)
@@ -66,6 +77,7 @@ class InMemoryFiles(MemoryFiles):
 
     def _commit(self, expected: Mapping[str, int | None], writes: Mapping[str, str | None]) -> bool:
         with self._space.lock:
+            _refuse_guarded(self._space, self.namespace)
             ns = self._ns()
             for path, revision in expected.items():
                 current = ns.files.get(path)
@@ -80,6 +92,7 @@ class InMemoryFiles(MemoryFiles):
                 return False
             ns.revision += 1
             now = datetime.now(timezone.utc)
+            ns.retention_seconds, ns.written_at = self.retention_seconds, now
             for path, content in writes.items():
                 if content is None:
                     ns.files.pop(path, None)
@@ -112,6 +125,52 @@ class InMemoryFiles(MemoryFiles):
         """Every namespace holding files."""
         with self._space.lock:
             return sorted(n for n, ns in self._space.by_name.items() if ns.files)
+
+
+def _refuse_guarded(space: _Namespaces, namespace: str) -> None:
+    if space.guards and is_scoped(namespace):
+        until = space.guards.get(guard_name(scope_of_key(namespace)))
+        if until is not None and until > time.monotonic():
+            raise ConcurrencyError(
+                f"namespace {namespace[:80]!r} is being erased (forget); writes are refused "
+                f"for {until - time.monotonic():.0f} more seconds"
+            )
+
+
+def _erased(ns: _Namespace) -> ErasureCounts:
+    return ErasureCounts(long_term_files=len(ns.files), long_term_versions=len(ns.log))
+
+
+def erase_namespaces(store: Any, scope: str, guard_seconds: float = 0.0) -> ErasureCounts:
+    """Delete the namespaces of ``scope`` (a scope prefix) kept for ``store``, files and
+    versions, refusing commits to them for ``guard_seconds``; what they held."""
+    space = namespaces_of(store)
+    total = ErasureCounts()
+    with space.lock:
+        moment = time.monotonic()
+        space.guards = {k: v for k, v in space.guards.items() if v > moment}
+        if guard_seconds > 0:
+            space.guards[guard_name(scope)] = moment + guard_seconds
+        for name in [n for n in space.by_name if n.startswith(scope)]:
+            total += _erased(space.by_name.pop(name))
+    return total
+
+
+def sweep_namespaces(store: Any, scope: str | None, now: datetime) -> tuple[int, ErasureCounts]:
+    """Delete the namespaces of ``store`` (of ``scope``; None: all) whose retention passed
+    since their last write; how many and what they held."""
+    space = namespaces_of(store)
+    count, total = 0, ErasureCounts()
+    with space.lock:
+        for name, ns in list(space.by_name.items()):
+            if scope is not None and not name.startswith(scope):
+                continue
+            if ns.retention_seconds is None or ns.written_at is None:
+                continue
+            if (now - ns.written_at).total_seconds() > ns.retention_seconds:
+                count += 1
+                total += _erased(space.by_name.pop(name))
+    return count, total
 
 
 def _bytes(version: FileVersion) -> int:

@@ -1,7 +1,9 @@
 """Memory files in the S3 store's bucket: per namespace, one head object (the file index and
 the version log) swapped with conditional writes, and immutable content objects.
 
-Under the store's prefix: ``memory/<digest>/head.json`` and ``memory/<digest>/blobs/<id>``.
+Under the store's prefix: ``memory/<digest>/head.json`` and ``memory/<digest>/blobs/<id>``
+(a user's namespace: under ``memory/scopes/<scope>/<digest>/``, see
+:meth:`~chat_memory.backends.s3.layout.Layout.namespace_root`).
 A commit uploads the new contents as fresh objects (``If-None-Match: *``), then replaces
 the head with ``If-Match: <ETag>`` (``If-None-Match: *`` for a new namespace) only if every
 file it expects is still at the revision it read; a 412 means another writer won: the
@@ -12,7 +14,6 @@ before that is sized once, with a HEAD request, by the next commit that keeps it
 
 from __future__ import annotations
 
-import hashlib
 import json
 import uuid
 from collections.abc import Mapping
@@ -21,6 +22,8 @@ from typing import Any
 
 from ..backends.failures import stored_data
 from ..backends.s3.client import S3_DRIVER_ERRORS, is_conflict, is_missing
+from ..backends.s3.lifecycle import refuse_if_erasing
+from ..lifecycle.keys import is_scoped
 from .budget import live_limits_hold, versions_to_keep
 from .files import FileEntry, FileVersion, MemoryFiles, StoredFile
 from .paths import placement_holds
@@ -30,12 +33,13 @@ class S3Files(MemoryFiles):
     """One namespace in the bucket of an :class:`~chat_memory.backends.s3.S3Store`."""
 
     driver_errors = S3_DRIVER_ERRORS
+    keeps_retention = True
 
     def __init__(self, store: Any, namespace: str, **options: Any) -> None:
         super().__init__(namespace, **options)
         self.store = store
         self.client, self.bucket = store.client, store.bucket
-        self._root = _root(store.layout.prefix, self.namespace)
+        self._root = store.layout.namespace_root(self.namespace)
 
     def _head(self) -> tuple[dict[str, Any], str | None]:
         try:
@@ -108,7 +112,15 @@ class S3Files(MemoryFiles):
             newest_first, len(writes), limits.max_versions, limits.version_bytes
         )
         kept, dropped = log[len(log) - count :], log[: len(log) - count]
-        new_head = {"namespace": self.namespace, "revision": revision, "files": files, "log": kept}
+        new_head = {
+            "namespace": self.namespace,
+            "revision": revision,
+            "files": files,
+            "log": kept,
+            # what memory.sweep() reads (docs/lifecycle.md): this writer's retention, and when
+            "retention_seconds": self.retention_seconds,
+            "written_at": now,
+        }
         condition = {"IfMatch": etag} if etag is not None else {"IfNoneMatch": "*"}
         try:
             self.client.put_object(
@@ -123,6 +135,8 @@ class S3Files(MemoryFiles):
                 self._delete(uploaded)
                 return False
             raise
+        if etag is None and is_scoped(self.namespace):
+            refuse_if_erasing(self.store, self.namespace, self._root)
         live = {entry[2] for entry in kept if entry[2]} | {f[2] for f in files.values()}
         self._delete([entry[2] for entry in dropped if entry[2] and entry[2] not in live])
         return True
@@ -188,7 +202,3 @@ class S3Files(MemoryFiles):
                         if head["files"]:
                             names.append(head["namespace"])
         return sorted(names)
-
-
-def _root(prefix: str, namespace: str) -> str:
-    return f"{prefix}memory/{hashlib.sha256(namespace.encode('utf-8')).hexdigest()}/"

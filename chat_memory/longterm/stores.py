@@ -12,14 +12,30 @@ from typing import Any
 
 from ..backends.declarations import declared_class
 from ..errors import ConfigurationError
+from ..lifecycle.keys import Scope, scoped_namespace
 from .files import MemoryFiles
 
 
-def long_term_memory(store: Any, namespace: str, **options: Any) -> MemoryFiles:
+def long_term_memory(
+    store: Any,
+    namespace: str,
+    *,
+    user: str | None = None,
+    app: str | None = None,
+    **options: Any,
+) -> MemoryFiles:
     """The memory files of ``namespace`` kept in ``store`` (a chat-memory store, or a URL for
-    :func:`~chat_memory.open_store`), reusing its connection. ``options``: ``limits``
-    (:class:`MemoryLimits`), ``retry`` (:class:`~chat_memory.backoff.Backoff`). A store whose
-    class declares no ``long_term`` is a :class:`ConfigurationError` listing those that do."""
+    :func:`~chat_memory.open_store`), reusing its connection. With ``user`` (and ``app``), the
+    namespace is the user's own (kept under the scope's reserved name, so that
+    ``memory.forget(user=...)`` erases it with its versions; docs/lifecycle.md). ``options``:
+    ``limits`` (:class:`MemoryLimits`), ``retry`` (:class:`~chat_memory.backoff.Backoff`),
+    ``retention_seconds`` (``memory.sweep()`` deletes the namespace once nothing was written
+    to it for that long; stores that keep it: memory://). A store whose class declares no
+    ``long_term`` is a :class:`ConfigurationError` listing those that do."""
+    if user is not None:
+        namespace = scoped_namespace(Scope(user, app), namespace)
+    elif app is not None:
+        raise ConfigurationError(f"app ({app!r}) needs a user: long_term_memory(..., user=...)")
     if isinstance(store, str):
         from ..backends import open_store
 

@@ -17,6 +17,7 @@ import uuid
 from typing import Any
 
 from ..errors import ConcurrencyError
+from ..telemetry import MEMORY_TOOL, traced
 from ..tools import ToolOutput, openai_function
 from .arguments import (
     ARGUMENT_TEXT_FACTOR,
@@ -136,6 +137,7 @@ class MemoryTool:
         """The tool as the OpenAI Chat Completions API takes it in ``tools``."""
         return openai_function(TOOL_NAME, TOOL_DESCRIPTION, TOOL_INPUT_SCHEMA)
 
+    @traced(MEMORY_TOOL)
     def run(self, arguments: dict[str, Any] | str | None) -> ToolOutput:
         """Run one command; refusals come back as error text, never as an exception.
 

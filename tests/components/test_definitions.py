@@ -52,10 +52,13 @@ SHOWN = {
 }
 ALWAYS = {
     "conversationId",
+    "userId",
+    "app",
     "compactionStrategy",
     "enableConversationSearchTool",
     "compressToolResults",
     "maxToolResultTokens",
+    "retentionSeconds",
 }
 CONNECTION = {
     "chatMemory": set(),
@@ -99,6 +102,8 @@ def test_five_v2_memory_nodes_share_the_memory_fields_and_differ_in_connection()
         names = {f.name for f in definition.fields}
         assert names - CONNECTION[definition.name] == MEMORY_FIELD_NAMES | {
             "conversationId",
+            "userId",
+            "app",
             "summarizerModel",
         }
         assert names & CONNECTION[definition.name] == CONNECTION[definition.name]
@@ -144,21 +149,29 @@ MEMORY_FIELD_SCHEMAS = {
     "compactAtRatio": ({**_RATIO, "default": 0.8}, False),
     "summarizerFailuresBeforeFallback": ({**_POSITIVE, "default": 3}, True),
     "maxToolResultTokens": ({"type": ["integer", "null"], "minimum": 1}, True),
+    "retentionSeconds": ({"type": ["integer", "null"], "minimum": 1}, True),
 }
 
 
 def test_memory_fields_keep_their_schema_order_and_canvas_hints():
     definition = REGISTRY.get("chatMemory/v2")
-    memory = [f for f in sorted(definition.fields, key=lambda f: f.order)][1:]
+    in_order = sorted(definition.fields, key=lambda f: f.order)
+    # Conversation ID, then whose conversations they are, then the memory settings
+    assert [(f.name, f.order) for f in in_order[:3]] == [
+        ("conversationId", 0),
+        ("userId", 1),
+        ("app", 2),
+    ]
+    memory = in_order[3:]
     assert [f.name for f in memory] == list(MEMORY_FIELD_SCHEMAS)
-    assert [f.order for f in memory] == list(range(1, len(memory) + 1))
+    assert [f.order for f in memory] == list(range(3, len(memory) + 3))
     for spec in memory:
         schema, advanced = MEMORY_FIELD_SCHEMAS[spec.name]
         # key order too: the JSON the canvas loads is unchanged
         assert list(spec.schema.items()) == list(schema.items()), spec.name
         assert spec.advanced is advanced, spec.name
     jdbc = REGISTRY.get("jdbcChatMemory/v2")
-    assert [f.order for f in jdbc.fields if f.name in ("url", "tablePrefix")] == [20, 21]
+    assert [f.order for f in jdbc.fields if f.name in ("url", "tablePrefix")] == [23, 24]
 
 
 @pytest.mark.parametrize("definition", V2_MEMORY, ids=lambda d: d.type)

@@ -1,23 +1,44 @@
 -- Append a batch, whole or not at all, at any size.
 -- ARGV: conversation id, ttl, request token, reply ('w': the window after the append; 'b': only
 -- the batch's seqs; either may be followed by ':<epoch>:<version>' of the window the caller
--- holds), then (kind "p"|"a", envelope, folded text, id prefix) per event; the id prefix is how
--- the envelope starts ('{"id":"…"').
--- Reply: {created, the window as window_unless gives it, but 'tail' in place of 'same' and the
--- batch's seqs in place of the active elements} for 'w'; {created, version, last seq, the
--- batch's seqs, the elements of those stored before, 'tail' or 'full', epoch} for 'b'.
+-- holds, and the letter by a condition: '!' append only if the conversation is still at that
+-- epoch and version (the caller checked the batch's tool pairs on that window), '=' the same
+-- for a state the caller looked up but holds no window of, '0' append only if no stored event
+-- has the id of one of the batch's or the tool_call_id of one of its tool events: the caller
+-- checked the batch on finding none), then (kind "p"|"a", envelope, folded text, id prefix)
+-- per event; the id prefix is how the envelope starts ('{"id":"…"'). Optionally, last, a
+-- compaction plan to apply in the same script ('<version>:<last seq>:<through seq>:<cap or
+-- empty>:<records kept>', applied only when the caller's window was current and the append
+-- left the conversation at that version and last seq: the plan was made on that window plus
+-- the batch) and its record JSON ('' for none).
+-- Reply: {-1} when a condition failed (nothing written); else {created, the window as
+-- window_unless gives it, but 'tail' in place of 'same' and the batch's seqs in place of the
+-- active elements} for 'w' (with a plan, then: 1 or 0 whether it was applied, the archive's
+-- size after it); {created, version, last seq, the batch's seqs, the elements of those stored
+-- before, 'tail' or 'full', epoch} for 'b'.
 -- Everything that can fail is checked before the first write (Redis keeps the writes a script
 -- made before a failing command), and every command takes at most CHUNK arguments.
 local HEADER = 4
+-- with a plan, the events end two arguments before the last
+local LAST = (#ARGV - HEADER) % 4 == 2 and #ARGV - 2 or #ARGV
 local cid, ttl, token = ARGV[1], tonumber(ARGV[2]), ARGV[3]
-local reply, known_epoch, known_version = string.match(ARGV[4], '^([wb])$'), '', ''
+local reply, condition = string.match(ARGV[4], '^([wb])([!=0]?)$')
+local known_epoch, known_version = '', ''
 if not reply then
-  reply, known_epoch, known_version = string.match(ARGV[4], '^([wb]):(%x+):(%d+)$')
+  reply, condition, known_epoch, known_version = string.match(ARGV[4], '^([wb])([!=0]?):(%x*):(%d+)$')
 end
-if (#ARGV - HEADER) % 4 ~= 0 or not ttl or not reply then
+local plan = nil
+if LAST < #ARGV then
+  local version, last_seq, through, cap, kept = string.match(ARGV[LAST + 1], '^(%d+):(%d+):(%d+):(%d*):(%d+)$')
+  plan = version and {version = version, last_seq = last_seq, through = tonumber(through), cap = cap, kept = tonumber(kept)}
+  if not plan then
+    return redis.error_reply('chat-memory: malformed append arguments (plan)')
+  end
+end
+if (LAST - HEADER) % 4 ~= 0 or not ttl or not reply then
   return redis.error_reply('chat-memory: malformed append arguments')
 end
-for i = HEADER + 1, #ARGV, 4 do
+for i = HEADER + 1, LAST, 4 do
   if (ARGV[i] ~= 'p' and ARGV[i] ~= 'a') or string.sub(ARGV[i + 3], 1, 7) ~= '{"id":"' then
     return redis.error_reply(string.format('chat-memory: malformed append arguments at event %d', (i - HEADER - 1) / 4))
   end
@@ -34,8 +55,12 @@ end
 local state = redis.call('HMGET', meta, 'last_seq', 'indexed', 'version', 'calls_indexed', 'epoch')
 local last = tonumber(state[1] or '0')
 local epoch = state[5]
--- the caller's copy of the window is the window before this append (see window_unless)
-local copy_current = known_epoch ~= '' and epoch == known_epoch and state[3] == known_version
+-- the caller's copy of the window (or the state it looked up) is the one before this append
+local basis_current = (epoch or '') == known_epoch and (state[3] or '0') == known_version
+if (condition == '!' or condition == '=') and not basis_current then
+  return {-1}
+end
+local copy_current = condition ~= '=' and known_epoch ~= '' and basis_current
 -- The id index covers what was appended through meta.indexed. Behind (data written before the
 -- index existed, or by an older chat-memory), it is rebuilt from the window once: derived data,
 -- so building it first leaves nothing half-done if this append is refused below.
@@ -64,7 +89,7 @@ elseif tonumber(state[4] or '-1') ~= last then
 end
 
 local batch_ids = {}
-for i = HEADER + 1, #ARGV, 4 do
+for i = HEADER + 1, LAST, 4 do
   batch_ids[#batch_ids + 1] = ARGV[i + 3]
 end
 local indexed = #batch_ids > 0 and chunked('HMGET', ids, batch_ids) or {}
@@ -97,6 +122,26 @@ if #wanted > 0 then
     end
     if element and id_of(element) == batch_ids[k] then
       found[k] = element
+    end
+  end
+end
+
+-- '0': the batch was checked on finding no stored event of its ids and call ids (the indexes
+-- are current here: rebuilt above when behind). Any entry at all refuses it: the caller then
+-- looks the events up and checks again.
+if condition == '0' then
+  if next(found) then
+    return {-1}
+  end
+  local fields = {}
+  for i = HEADER + 1, LAST, 4 do
+    fields[#fields + 1] = call_of(ARGV[i + 1])
+  end
+  if #fields > 0 then
+    for _, entry in ipairs(chunked('HMGET', calls, fields)) do
+      if entry then
+        return {-1}
+      end
     end
   end
 end
@@ -162,13 +207,35 @@ local function answer(created)
   return {created, counters[1] or '0', counters[2] or '0', seqs, flat, tail and 'tail' or 'full', epoch or ''}
 end
 
+-- The plan, if any, applied after the append in the same script when it was made on what is
+-- stored now: the caller's window was current, no pinned event was added (a pin may supersede
+-- another) and the version and last seq are the ones the plan expects. Returns the answer
+-- with the two items a plan adds.
+local function compacted(result)
+  if not plan then
+    return result
+  end
+  local applied = 0
+  if copy_current and not retried and #new_pinned == 0 then
+    local m = redis.call('HMGET', meta, 'version', 'last_seq')
+    if m[1] == plan.version and m[2] == plan.last_seq then
+      apply_plan(plan.through, '', plan.cap, ARGV[LAST + 2], plan.kept)
+      refresh_ttl(ttl)
+      applied = 1
+    end
+  end
+  result[#result + 1] = applied
+  result[#result + 1] = redis.call('ZCARD', archive)
+  return result
+end
+
 -- A request retried after a lost reply (the first attempt went through) must not append twice.
 -- It reports "created" again: on a cluster the first attempt's registration may be missing.
 if retried then
-  return answer(1)
+  return compacted(answer(1))
 end
 if last == first then
-  return answer(owner and 0 or 1)
+  return compacted(answer(owner and 0 or 1))
 end
 
 -- The writes: nothing below can fail on data checked above.
@@ -215,4 +282,4 @@ if KEYS[CONVERSATION_KEYS + 1] then
   redis.call('SADD', KEYS[CONVERSATION_KEYS + 1], cid)
 end
 refresh_ttl(ttl)
-return answer(owner and 0 or 1)
+return compacted(answer(owner and 0 or 1))

@@ -1,16 +1,19 @@
 -- Events by index, without reading the window: what the tool-pair check of an append needs.
 -- ARGV: n, then n id prefixes ('{"id":"…"'), then call-id fields ('"c1"', see call_of).
 -- Returns {1, the pinned and active elements with one of the ids, the tool elements (active
--- and archived) with one of the call ids, their archived flags ('1' or '0')}, or {0} when an
--- index is behind the data (an older chat-memory wrote since): the caller then reads the history.
+-- and archived) with one of the call ids, their archived flags ('1' or '0'), the version, the
+-- epoch}, or {0, the version, the epoch} when an index is behind the data (an older
+-- chat-memory wrote since): the caller then reads the history. (The version and epoch name
+-- the state looked up: an append may be made conditional on it.)
 local n = tonumber(ARGV[1])
-local state = redis.call('HMGET', meta, 'cid', 'last_seq', 'indexed', 'calls_indexed')
+local state = redis.call('HMGET', meta, 'cid', 'last_seq', 'indexed', 'calls_indexed', 'version', 'epoch')
+local version, epoch = state[5] or '0', state[6] or ''
 if not state[1] then
-  return {1, {}, {}, {}}
+  return {1, {}, {}, {}, version, epoch}
 end
 local last = tonumber(state[2] or '0')
 if tonumber(state[3] or '-1') ~= last or tonumber(state[4] or '-1') ~= last then
-  return {0}
+  return {0, version, epoch}
 end
 
 -- Many retried ids: one read of the active list beats a binary search each.
@@ -88,4 +91,4 @@ for k, entry in ipairs(entries) do
     end
   end
 end
-return {1, by_id, found, flags}
+return {1, by_id, found, flags, version, epoch}

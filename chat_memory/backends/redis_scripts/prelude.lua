@@ -196,3 +196,65 @@ local function rebuild_calls(last)
   calls_update(found, false)
   redis.call('HSET', meta, 'calls_indexed', last)
 end
+
+-- Apply a compaction plan whose version the caller has checked (apply.lua, or an append that
+-- compacts in the same script): active events through seq ``through`` move to the archive, the
+-- summary envelope ('' for none) replaces the current one, the archive is trimmed to ``cap``
+-- ('' for none), the record JSON ('' for none) joins the newest ``records_kept``; the version
+-- is bumped and the recorded error cleared. Returns the new summary's seq, or 0.
+local function apply_plan(through, summary, cap, record, records_kept)
+  -- archived events leave the id index (it covers the window only), in bounded HDELs
+  local gone = {}
+  while true do
+    local head = redis.call('LINDEX', active, 0)
+    if not head or seq_of(head) > through then
+      break
+    end
+    redis.call('LPOP', active)
+    redis.call('ZADD', archive, seq_of(head), head)
+    gone[#gone + 1] = id_of(head)
+  end
+  chunked('HDEL', ids, gone)
+  local summary_seq = 0
+  if summary ~= '' then
+    local previous = redis.call('HGET', meta, 'summary')
+    if previous then
+      redis.call('ZADD', archive, seq_of(previous), previous)
+    end
+    local seq = redis.call('HINCRBY', meta, 'last_seq', 1)
+    summary_seq = seq
+    -- a summary is in neither index: an index that was complete stays so
+    for _, field in ipairs({'indexed', 'calls_indexed'}) do
+      if tonumber(redis.call('HGET', meta, field) or '-1') == seq - 1 then
+        redis.call('HSET', meta, field, seq)
+      end
+    end
+    redis.call('HSET', meta, 'summary', string.format('%d:%s', seq, summary))
+  end
+  if cap ~= '' then
+    local excess = redis.call('ZCARD', archive) - tonumber(cap)
+    if excess > 0 then
+      local dropped = redis.call('ZRANGE', archive, 0, excess - 1)
+      local seqs = {}
+      local gone_calls = {}
+      for i = 1, #dropped do
+        seqs[i] = seq_of(dropped[i])
+        local field = call_of(dropped[i])
+        if field then
+          gone_calls[field] = gone_calls[field] or {}
+          table.insert(gone_calls[field], seqs[i])
+        end
+      end
+      chunked('HDEL', texts, seqs)
+      calls_update(gone_calls, true)
+      redis.call('ZREMRANGEBYRANK', archive, 0, excess - 1)
+    end
+  end
+  if record ~= '' then
+    redis.call('RPUSH', compactions, record)
+    redis.call('LTRIM', compactions, -records_kept, -1)
+  end
+  redis.call('HINCRBY', meta, 'version', 1)
+  redis.call('HDEL', meta, 'error', 'failures')
+  return summary_seq
+end
