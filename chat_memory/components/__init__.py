@@ -6,7 +6,7 @@ registry by ``name/vN``) that a workflow host builds on."""
 from __future__ import annotations
 
 from .definitions import ClusterSlot, NodeDefinition, memory_definitions, memory_node, store_nodes
-from .fields import FieldSpec
+from .fields import APP, USER_ID, FieldSpec
 from .memory_tool import SAME_AS_CHAT_MEMORY, TOOL, auto_memory_tool_node, memory_tool_store_target
 from .registry import NodeRegistry, parse_type
 from .settings import MemoryNodeSettings, memory_settings
@@ -15,9 +15,11 @@ from .settings import MemoryNodeSettings, memory_settings
 MEMORY_NODE_NAMES = tuple(node.name for node, _ in store_nodes())
 
 __all__ = [
+    "APP",
     "MEMORY_NODE_NAMES",
     "SAME_AS_CHAT_MEMORY",
     "TOOL",
+    "USER_ID",
     "ClusterSlot",
     "FieldSpec",
     "MemoryNodeSettings",

@@ -12,6 +12,7 @@ from ..errors import ConfigurationError
 from .fields import (
     CONVERSATION_ID,
     MAX_MESSAGES_V1,
+    SCOPE_FIELDS,
     FieldSpec,
     ShowIf,
     connection_fields,
@@ -173,13 +174,14 @@ def summarizer_slot() -> ClusterSlot:
 
 
 def memory_node(storage: str, version: int = 2) -> NodeDefinition:
-    """The Chat Memory node of one storage kind: version 2 has the full memory field set,
-    version 1 the old plain message-count window."""
+    """The Chat Memory node of one storage kind: version 2 has the scope fields (User ID, App)
+    and the full memory field set, version 1 the old plain message-count window."""
     node, _ = store_node(storage)
     name, title, description = node.name, node.title, node.description
     if version == 2:
         memory = memory_fields()
-        fields = (CONVERSATION_ID, *memory, *connection_fields(node, memory[-1].order + 1))
+        connection = connection_fields(node, memory[-1].order + 1)
+        fields = (CONVERSATION_ID, *SCOPE_FIELDS, *memory, *connection)
         slots: tuple[ClusterSlot, ...] = (summarizer_slot(),)
     elif version == 1:
         fields, slots = (CONVERSATION_ID, MAX_MESSAGES_V1, *connection_fields(node)), ()

@@ -108,6 +108,33 @@ CONVERSATION_ID = FieldSpec(
     placeholder="${chat_1.conversationId}",
 )
 
+#: Whose conversation it is (docs/lifecycle.md, "Scope"): the version-2 nodes bind their memory
+#: to this user (``memory.for_user``), so two users of one flow never share a conversation id.
+USER_ID = FieldSpec(
+    "userId",
+    {"type": ["string", "null"]},
+    "User ID",
+    "Whose conversations these are, usually an expression such as ${chat_1.userId}: each user has "
+    "their own conversations, even under the same Conversation ID (and forgetting the user erases "
+    "them). Empty: the conversation ids are shared by everyone using this flow.",
+    order=1,
+    placeholder="${chat_1.userId}",
+)
+
+#: The app part of the scope: the same user in two apps has two separate sets of conversations.
+APP = FieldSpec(
+    "app",
+    {"type": ["string", "null"]},
+    "App",
+    "Which app the user's conversations belong to (with a User ID): the same user id in two apps "
+    "names two separate sets of conversations. Empty: no app.",
+    order=2,
+    advanced=True,
+)
+
+#: The scope fields stand right after Conversation ID; the memory settings follow them.
+SCOPE_FIELDS = (USER_ID, APP)
+
 #: The strategies' own settings (their ``extra_settings``) stand after this MemoryConfig
 #: setting, the last of the strategies' limits, so that a strategy's fields follow its choice.
 STRATEGY_SETTINGS_AFTER = "compact_to_ratio"
@@ -221,12 +248,13 @@ def memory_fields() -> tuple[FieldSpec, ...]:
     settings in declaration order, the strategies' own settings after
     :data:`STRATEGY_SETTINGS_AFTER`, and the summarizer model after the summary placement."""
     fields: list[FieldSpec] = []
+    first = len(SCOPE_FIELDS) + 1  # after Conversation ID and the scope fields
     for name, field_info in MemoryConfig.model_fields.items():
-        fields.append(setting_field(name, field_info, len(fields) + 1))
+        fields.append(setting_field(name, field_info, len(fields) + first))
         if name == STRATEGY_SETTINGS_AFTER:
-            fields.extend(strategy_setting_fields(len(fields) + 1))
+            fields.extend(strategy_setting_fields(len(fields) + first))
         if name == "summary_placement":
-            fields.append(summarizer_model_field(len(fields) + 1))
+            fields.append(summarizer_model_field(len(fields) + first))
     return tuple(fields)
 
 

@@ -10,10 +10,12 @@ from typing import Any
 from ..backends import open_store
 from ..backends.base import Store
 from ..config import FIELD_LABELS, MemoryConfig
-from ..errors import ConfigurationError
+from ..engine import ChatMemory
+from ..errors import ConfigurationError, InvalidInputError
+from ..lifecycle import Scope
 from ..strategies import strategy_class
 from .definitions import MEMORY, NodeDefinition, is_expression, store_node
-from .fields import MAX_MESSAGES_V1, memory_fields
+from .fields import APP, MAX_MESSAGES_V1, SCOPE_FIELDS, USER_ID, memory_fields
 
 
 def memory_field_names() -> frozenset[str]:
@@ -24,14 +26,28 @@ def memory_field_names() -> frozenset[str]:
 
 @dataclass(frozen=True)
 class MemoryNodeSettings:
-    """What a Chat Memory node configures: the conversation, the memory config, the summarizer
-    model and the storage connection."""
+    """What a Chat Memory node configures: the conversation, whose it is (``user_id`` and
+    ``app``: None for a node that binds no user), the memory config, the summarizer model and
+    the storage connection."""
 
     definition: NodeDefinition
     conversation_id: str | None
     config: MemoryConfig
     summarizer_model: str | None = None
     connection: dict[str, Any] = field(default_factory=dict)
+    user_id: str | None = None
+    app: str | None = None
+
+    @property
+    def scope(self) -> Scope | None:
+        """The scope the node binds its memory to (None: the unscoped conversations)."""
+        return None if self.user_id is None else Scope(self.user_id, self.app)
+
+    def bind(self, memory: ChatMemory) -> ChatMemory:
+        """``memory`` bound to this node's user (``memory.for_user``), or as it is without one:
+        the memory a run of this node reads and writes."""
+        scope = self.scope
+        return memory if scope is None else memory.for_user(scope.user, scope.app)
 
     @property
     def summarizes(self) -> bool:
@@ -81,17 +97,51 @@ def memory_settings(
             f"Summarizer model ({model!r}) must be configured for {strategy.label.lower()}: attach a model "
             "sub-node to the summarizerModel slot or fill in the Summarizer model field"
         )
+    scope_names = {f.name for f in SCOPE_FIELDS}
     connection_names = (
-        {f.name for f in definition.fields} - config_names - {"conversationId", "summarizerModel"}
+        {f.name for f in definition.fields}
+        - config_names
+        - scope_names
+        - {"conversationId", "summarizerModel"}
     )
     conversation_id = values.get("conversationId")
+    user_id, app = _scope_values(literal)
     return MemoryNodeSettings(
         definition,
         None if is_expression(conversation_id) else conversation_id,
         config,
         model,
         {k: v for k, v in values.items() if k in connection_names},
+        user_id,
+        app,
     )
+
+
+def _scope_values(literal: Mapping[str, Any]) -> tuple[str | None, str | None]:
+    """(user id, app) of the node's literal values: blank is None (no user: the unscoped
+    conversations; no app). An App without a User ID, and a value no scope takes (too long,
+    NUL), are refused naming the field by its label."""
+    user_id, app = (_blank_is_none(literal.get(spec.name), spec.label) for spec in SCOPE_FIELDS)
+    if app is not None and user_id is None:
+        raise ConfigurationError(
+            f"{APP.label} ({app!r}) needs a {USER_ID.label}: an app scopes a user's conversations"
+        )
+    if user_id is not None:
+        try:
+            Scope(user_id, app)
+        except InvalidInputError as exc:
+            # the scope's message names its part (user, app); the canvas names the field
+            label = USER_ID.label if str(exc).startswith("user") else APP.label
+            raise ConfigurationError(f"{label}: {exc}") from None
+    return user_id, app
+
+
+def _blank_is_none(value: Any, label: str) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise ConfigurationError(f"{label} ({value!r}) must be text")
+    return value.strip() or None
 
 
 def _passed(

@@ -7,15 +7,23 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from .. import AnthropicSummarizer, ChatMemory, ConfigurationError, InvalidInputError, Store
+from .. import (
+    AnthropicSummarizer,
+    ChatMemory,
+    ConfigurationError,
+    Event,
+    InvalidInputError,
+    Store,
+)
 from ..backends import check_conversation_id, open_store
 from ..components import (
     SAME_AS_CHAT_MEMORY,
+    USER_ID,
     MemoryNodeSettings,
     memory_settings,
     memory_tool_store_target,
 )
-from ..components.definitions import ACTION, AGENT, TRIGGER
+from ..components.definitions import ACTION, AGENT, TRIGGER, is_expression
 from ..longterm import MemoryLimits, MemoryTool, long_term_memory
 from .agent import Agent, TurnResult
 from .expressions import resolve
@@ -121,14 +129,38 @@ class ChatWorkflow:
         ]
         return ChatRun(replies[-1] if replies else turn.text, turn, outputs)
 
-    def memory_settings(self, conversation_id: str) -> MemoryNodeSettings:
+    def memory_settings(
+        self, conversation_id: str, user_id: str | None = None
+    ) -> MemoryNodeSettings:
         """The memory node's settings for a conversation (as the trigger would feed them)."""
-        outputs = {self.trigger.name: {"conversationId": conversation_id, "message": ""}}
+        outputs = {
+            self.trigger.name: {
+                "conversationId": conversation_id,
+                "message": "",
+                "userId": user_id or "",
+            }
+        }
         return self._settings(outputs)
 
-    def memory(self, conversation_id: str) -> ChatMemory:
-        """The :class:`ChatMemory` the agent uses for a conversation."""
-        return self._memory(self.memory_settings(conversation_id))
+    def memory(self, conversation_id: str, user_id: str | None = None) -> ChatMemory:
+        """The :class:`ChatMemory` the agent uses for a conversation of ``user_id`` (bound to
+        that user when the memory node has a User ID)."""
+        return self._memory(self.memory_settings(conversation_id, user_id))
+
+    def fork(
+        self,
+        conversation_id: str,
+        new_conversation_id: str,
+        at: int | None = None,
+        user_id: str | None = None,
+    ) -> list[Event]:
+        """Fork a conversation the way this workflow's memory node sees it (its store, its
+        config, the user it binds): ``new_conversation_id`` starts as the conversation was
+        right after seq ``at`` (None: as it is now), and the next message sent to it continues
+        from there ("edit and resend", "try another answer"). Returns the fork's window. See
+        ``ChatMemory.fork`` (docs/lifecycle.md, "Fork") for what is refused."""
+        check_conversation_id(new_conversation_id)
+        return self.memory(conversation_id, user_id).fork(conversation_id, new_conversation_id, at)
 
     def close(self) -> None:
         """Close the stores this runner opened (never a store passed in)."""
@@ -188,7 +220,17 @@ class ChatWorkflow:
             limits = MemoryLimits(
                 max_file_bytes=params["maxFileBytes"], max_files=params["maxFiles"]
             )
-            return [MemoryTool(long_term_memory(store, namespace, limits=limits))]
+            # a memory bound to a user keeps the user's notes in the user's scope too, so that
+            # forgetting the user erases them (docs/lifecycle.md, "Erasure")
+            scope = settings.scope
+            files = long_term_memory(
+                store,
+                namespace,
+                user=scope.user if scope else None,
+                app=scope.app if scope else None,
+                limits=limits,
+            )
+            return [MemoryTool(files)]
         except ConfigurationError as exc:
             raise WorkflowError(f"node {node.name!r} ({node.type}): {exc}") from None
 
@@ -200,10 +242,10 @@ class ChatWorkflow:
                 summarizer.name, summarizer.definition, _resolved(summarizer, outputs)
             )
         try:
-            settings = memory_settings(
-                node.definition, _resolved(node, outputs), model_name(summarizer)
-            )
+            parameters = _resolved(node, outputs)
+            settings = memory_settings(node.definition, parameters, model_name(summarizer))
             check_conversation_id(settings.conversation_id)
+            _check_user_bound(node, parameters, settings)
         except ConfigurationError as exc:
             raise WorkflowError(f"node {node.name!r} ({node.type}): {exc}") from None
         except InvalidInputError as exc:
@@ -213,13 +255,14 @@ class ChatWorkflow:
         return settings
 
     def _memory(self, settings: MemoryNodeSettings) -> ChatMemory:
-        """The memory of these settings: built on first use, then reused (see the class)."""
+        """The memory of these settings (bound to their user, if any): the unbound memory is
+        built on first use, then reused (see the class)."""
         model = settings.summarizer_model if settings.summarizes else None
         key = (self._store_key(settings), settings.config.model_dump_json(), model)
         memory = self._memories.get(key)
         if memory is not None:
             self._memories.move_to_end(key)
-            return memory
+            return settings.bind(memory)
         # Only a summarizing strategy calls the summarizer; building it needs the client (and its key).
         summarizer = None
         if settings.summarizes:
@@ -229,7 +272,7 @@ class ChatWorkflow:
         self._memories[key] = memory
         while len(self._memories) > _MEMORIES_KEPT:
             self._memories.popitem(last=False)
-        return memory
+        return settings.bind(memory)
 
     def _store_key(self, settings: MemoryNodeSettings) -> _StoreKey:
         if self._store_override is not None:
@@ -245,6 +288,20 @@ class ChatWorkflow:
         if key not in self._stores:
             self._stores[key] = settings.open_store()
         return self._stores[key]
+
+
+def _check_user_bound(
+    node: WorkflowNode, resolved: dict[str, Any], settings: MemoryNodeSettings
+) -> None:
+    """A User ID given as an expression binds the memory to a user: a message whose user id is
+    blank is refused, rather than run in the conversations shared by every user of the flow
+    (where another user's history under the same Conversation ID would show)."""
+    given = node.parameters.get(USER_ID.name)
+    if settings.user_id is None and is_expression(given):
+        raise ConfigurationError(
+            f"{USER_ID.label} ({resolved.get(USER_ID.name)!r}, from {given}) is blank: this memory "
+            "is bound to a user; send the user's id (the trigger's userId)"
+        )
 
 
 def _resolved(node: WorkflowNode, outputs: dict[str, dict[str, Any]]) -> dict[str, Any]:

@@ -18,8 +18,10 @@ from lfx.schema.message import Message
 from ...backends import open_store
 from ...backends.base import Store
 from ...components import NodeDefinition, memory_node, memory_settings
+from ...components.fields import USER_ID
 from ...components.settings import MemoryNodeSettings
 from ...engine import ChatMemory
+from ...errors import ConfigurationError
 from ..langchain import ChatMemoryHistory
 from ..langchain.convert import message_text
 from ..langchain.tools import as_langchain_tool
@@ -149,7 +151,19 @@ class ChatMemoryComponent(LCChatMemoryComponent):
         params = applicable(self.definition(), params)
         if not str(params.get("conversationId", "")).strip():
             params["conversationId"] = self._run_session_id()
+        self._check_wired_user()
         return params
+
+    def _check_wired_user(self) -> None:
+        """A text wired to User ID binds the memory to a user: a blank one is refused rather
+        than run in the conversations every user of the flow shares (an empty, unwired User
+        ID is the flow's choice to bind no user)."""
+        wired: Any = getattr(self, USER_ID.name, None)
+        if hasattr(wired, "text") and not isinstance(wired, str) and not str(wired.text).strip():
+            raise ConfigurationError(
+                f"{USER_ID.label} ({wired.text!r}) is blank: the text wired to it names no user; "
+                "wire the user's id, or unwire it to share the conversations of this flow"
+            )
 
     def _run_session_id(self) -> str:
         graph = getattr(self, "graph", None)
@@ -165,8 +179,9 @@ class ChatMemoryComponent(LCChatMemoryComponent):
 
     def memory(self) -> ChatMemory:
         """The :class:`ChatMemory` of this node's settings (shared per process: see
-        :func:`shared_memory`)."""
-        return shared_memory(self.settings())
+        :func:`shared_memory`), bound to the User ID when there is one."""
+        settings = self.settings()
+        return settings.bind(shared_memory(settings))
 
     def build_message_history(self) -> ChatMemoryHistory:
         """Our LangChain history of the conversation (for Message History or our agent)."""

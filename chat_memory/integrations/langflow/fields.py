@@ -44,6 +44,9 @@ from ...errors import ConfigurationError
 SECRET_FIELDS = frozenset({"url", "endpointUrl"})
 #: what a secret field's placeholder says after the example URL
 SECRET_HINT = "put credentials in a global variable"
+#: Text fields that take a wire (a Chat Input's session id, a text with the user's id): empty
+#: means the default (the run's session id; no user)
+WIRED_TEXT_FIELDS = frozenset({"conversationId", "userId"})
 
 
 def _types(spec: FieldSpec) -> list[str]:
@@ -86,8 +89,8 @@ def input_for(spec: FieldSpec, refresh: bool, show: bool = True, secret: bool | 
         return FloatInput(value=default, **common)
     if spec.name in SECRET_FIELDS if secret is None else secret:
         return secret_input(spec, common)
-    if spec.name == "conversationId":
-        # takes Chat Input's session id as a wire; empty: the run's session id
+    if spec.name in WIRED_TEXT_FIELDS:
+        # takes a wired text (Chat Input's session id, the user's id); empty: the default
         return MessageTextInput(value="", **{**common, "required": False})
     return StrInput(value="" if default is None else str(default), **common)
 

@@ -25,6 +25,8 @@ from ...components import (
 )
 from ...components.definitions import NodeDefinition
 from ...errors import ConfigurationError
+from ...lifecycle import Scope
+from ...lifecycle.scoped import ScopedStore
 from ...longterm import MemoryLimits, MemoryTool, long_term_memory
 from ..langchain import ChatMemoryHistory
 from ..langchain.tools import as_langchain_tool
@@ -158,9 +160,17 @@ class MemoryToolComponent(Component):
 
     def store(self, params: dict[str, Any]) -> Store:
         """Where the notes live: the wired Chat Memory's store, or the chosen storage's."""
+        return self._store_and_scope(params)[0]
+
+    def _store_and_scope(self, params: dict[str, Any]) -> tuple[Store, Scope | None]:
+        """The store, and the scope of the wired Chat Memory when it is bound to a user (its
+        User ID): the user's notes are then kept in that scope, so that forgetting the user
+        erases them (docs/lifecycle.md, "Erasure")."""
         storage, url, options = memory_tool_store_target(params)
+        history = getattr(self, CHAT_MEMORY, None)
+        scope = history.memory.scope if isinstance(history, ChatMemoryHistory) else None
         if storage != SAME_AS_CHAT_MEMORY:
-            return shared_store(url, options)
+            return shared_store(url, options), scope
         history = getattr(self, CHAT_MEMORY, None)
         if not isinstance(history, ChatMemoryHistory):
             got = "nothing wired" if history in (None, "") else type(history).__name__
@@ -169,18 +179,27 @@ class MemoryToolComponent(Component):
                 f"Storage {SAME_AS_CHAT_MEMORY!r} keeps the notes in its store (or choose another Storage)"
             )
         store = history.memory.store
+        if isinstance(store, ScopedStore):  # a memory bound to a user: the notes go in its scope
+            store = store.store
         if not isinstance(store, Store):
             raise ConfigurationError(
                 f"Chat Memory's store ({type(store).__name__}) must be a sync store: Storage "
                 f"{SAME_AS_CHAT_MEMORY!r} keeps the notes in it (or choose another Storage)"
             )
-        return store
+        return store, scope
 
     def build_tool(self) -> StructuredTool:
         """The ``memory`` tool over this namespace, as a Tool for an agent's Tools."""
         params = self.parameters()
         limits = MemoryLimits(max_file_bytes=params["maxFileBytes"], max_files=params["maxFiles"])
-        files = long_term_memory(self.store(params), params[NAMESPACE], limits=limits)
+        store, scope = self._store_and_scope(params)
+        files = long_term_memory(
+            store,
+            params[NAMESPACE],
+            user=scope.user if scope else None,
+            app=scope.app if scope else None,
+            limits=limits,
+        )
         return as_langchain_tool(ExampleMemoryTool(files))
 
     def update_build_config(
