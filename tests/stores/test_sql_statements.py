@@ -6,6 +6,9 @@ transaction bodies). Each test pins a ceiling, so a statement added to a hot pat
 
 Before the statements were prebuilt and merged, a turn at ratio 1.0 took 18 statements on
 either database (a compacting add 10, the window 1, the tool turn 7 in two transactions).
+Since the tool-pair check runs inside the append (ChecksToolPairs), a tool turn is one
+transaction; the hot statements run on the driver's cursor (backends/sql/driver.py) and are
+still seen by ``before_cursor_execute``, as counted here.
 """
 
 from __future__ import annotations
@@ -163,9 +166,21 @@ def test_an_agent_turn_takes_few_statements_and_one_transaction_per_call(plain):
         tools = plain.counted(plain.memory.add, "c", tool_turn(i))
         assert len(tools.statements) <= plain.ceilings["tool turn"], tools.statements
         assert tools.updates_of(conversations) == 1
-        # the tool-pair check reads in a transaction of its own, then the append writes
-        assert tools.transactions == tools.commits == 2
+        # the tool-pair check looks its events up inside the append's own transaction
+        assert tools.transactions == tools.commits == 1
         assert tools.begins_sent == add.begins_sent  # the write's BEGIN IMMEDIATE alone
+
+
+def test_a_compacting_tool_turn_checks_its_pairs_on_the_window_it_locked(counting):
+    """With a compaction strategy the append reads the window under its lock; the tool-pair
+    check finds the calls it needs there, with no look-up of its own."""
+    memory = counting(TURN_WINDOW)
+    memory.call(memory.memory.add, "c", Event.user("hello"))
+    tools = memory.counted(memory.memory.add, "c", tool_turn(0)[:1])  # the call
+    answer = memory.counted(memory.memory.add, "c", [Event.tool_result("call-0", "done")])
+    for count in (tools, answer):
+        assert count.transactions == count.commits == 1
+        assert not any("_events.archived, " in s for s in count.statements), count.statements
 
 
 def test_a_duplicate_add_writes_nothing(plain):

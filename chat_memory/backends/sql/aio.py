@@ -26,7 +26,13 @@ from ...errors import ConfigurationError
 from ...events import Event
 from ...search import SearchQuery, SearchResult
 from ..aio import AsyncStore
-from ..base import COMPACTION_RECORDS_KEPT, CompactionPlan, Snapshot, check_conversation_id
+from ..base import (
+    COMPACTION_RECORDS_KEPT,
+    CompactionPlan,
+    Snapshot,
+    ToolPairCheck,
+    check_conversation_id,
+)
 from ..declarations import settings_from_url
 from .connections import (
     SQL_DRIVER_ERRORS,
@@ -92,6 +98,7 @@ class AsyncSQLStore(AsyncStore):
     driver_errors = SQL_DRIVER_ERRORS
     compaction_records_kept: ClassVar[int] = COMPACTION_RECORDS_KEPT
     compacts_while_appending = True
+    checks_tool_pairs = True
 
     def __init__(
         self,
@@ -219,15 +226,18 @@ class AsyncSQLStore(AsyncStore):
 
     # -- writes ------------------------------------------------------------------------------
 
-    async def append(self, conversation_id: str, events: Sequence[Event]) -> Snapshot:
+    async def append(
+        self, conversation_id: str, events: Sequence[Event], check: ToolPairCheck | None = None
+    ) -> Snapshot:
+        """:meth:`SQLStore.append <chat_memory.backends.sql.SQLStore.append>`."""
         cid = check_conversation_id(conversation_id)
         await self._ready()
         return await self._write(
-            self.ops.append, cid, list(events), what=f"append to conversation {cid!r}"
+            self.ops.append, cid, list(events), check, what=f"append to conversation {cid!r}"
         )
 
     async def append_without_window(
-        self, conversation_id: str, events: Sequence[Event]
+        self, conversation_id: str, events: Sequence[Event], check: ToolPairCheck | None = None
     ) -> list[Event]:
         """:meth:`SQLStore.append_without_window <chat_memory.backends.sql.SQLStore.append_without_window>`."""
         cid = check_conversation_id(conversation_id)
@@ -236,6 +246,7 @@ class AsyncSQLStore(AsyncStore):
             self.ops.append_without_window,
             cid,
             list(events),
+            check,
             what=f"append to conversation {cid!r}",
         )
 
@@ -244,8 +255,10 @@ class AsyncSQLStore(AsyncStore):
         conversation_id: str,
         events: Sequence[Event],
         planner: Callable[[Snapshot], CompactionPlan | None],
+        check: ToolPairCheck | None = None,
     ) -> tuple[Snapshot, bool]:
-        """Append and compact in one transaction (the planner runs inside it: it is pure)."""
+        """Append and compact in one transaction (the planner and ``check`` run inside it:
+        both are pure)."""
         cid = check_conversation_id(conversation_id)
         await self._ready()
         return await self._write(
@@ -253,6 +266,7 @@ class AsyncSQLStore(AsyncStore):
             cid,
             list(events),
             planner,
+            check,
             what=f"append to conversation {cid!r}",
         )
 

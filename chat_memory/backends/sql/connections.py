@@ -23,6 +23,7 @@ from chat_memory.backoff import Backoff
 from ...errors import ConcurrencyError, ConfigurationError
 from ..failures import DriverErrors
 from ..urls import is_secret_option, redact_message, redact_url
+from .driver import run_on_driver
 
 #: Seconds a SQLite connection waits for another process's write lock before reporting "locked".
 SQLITE_BUSY_TIMEOUT = 15.0
@@ -196,7 +197,9 @@ def prepare_sqlite_engine(engine: sa.Engine, *, wal: bool = True) -> None:
     def _begin(connection: sa.Connection) -> None:
         statement = connection.get_execution_options().get(_BEGIN_OPTION, "BEGIN")
         if statement:  # none for a read of one statement: see read_options
-            connection.exec_driver_sql(statement)
+            # on the driver's cursor, its errors wrapped as exec_driver_sql wraps them (a
+            # locked database is a conflict, retried: see is_conflict)
+            run_on_driver(connection, statement)
 
 
 class Transactions:

@@ -21,10 +21,11 @@ from typing import Any
 import sqlalchemy as sa
 
 from ...errors import ConfigurationError, StorageError
-from ...events import Event, EventType, Window
+from ...event_checks import found_in_window, tool_call_ids, tool_event_ids
+from ...events import PARSE_CACHE_MAX_LENGTH, Event, EventType, Window
 from ...pins import superseded
 from ...search import RECALL_MARK, MatchMode, SearchQuery, SearchResult, search_text
-from ..base import CompactionPlan, Snapshot
+from ..base import CompactionPlan, Snapshot, ToolPairCheck
 from ..bookkeeping import (
     number,
     replaced,
@@ -35,16 +36,22 @@ from ..bookkeeping import (
 )
 from ..failures import stored_data
 from .connections import lock_schema
+from .driver import Driver
 from .schema import build_tables, ensure_schema, row_key, stored_message, stored_search_text
 from .statements import Statements
 
 _TOOL_TYPES = (EventType.TOOL_CALL.value, EventType.TOOL_RESULT.value)
+# plain strings: a window row's type is compared with them for every row read
+_SYSTEM, _SUMMARY = EventType.SYSTEM.value, EventType.SUMMARY.value
 #: Keys per ``IN (…)`` of a look-up by id: far below every database's limit on bound
 #: parameters (999 on SQLite before 3.32), however large the batch.
 _KEYS_PER_QUERY = 500
 #: About one compaction in this many trims the conversation's compaction records (see
 #: :meth:`SQLOperations._keep_record`): the others write the record alone.
 RECORD_TRIM_EVERY = 8
+#: Window envelopes kept parsed per store (see :meth:`SQLOperations._snapshot`), and the
+#: longest kept: :data:`~chat_memory.events.PARSE_CACHE_MAX_LENGTH`, as Event.from_json.
+WINDOW_BODIES_KEPT = 512
 #: The reads that are one statement whatever their arguments.
 _ONE_STATEMENT_READS = frozenset({"load", "history", "retracted", "compactions", "conversations"})
 
@@ -100,6 +107,12 @@ class SQLOperations:
         self.max_archived_events = max_archived_events
         self.compaction_records_kept = compaction_records_kept
         self.sql = Statements(tables, compaction_records_kept=compaction_records_kept)
+        #: Runs the statements of the hot path on the driver's cursor (see driver.py).
+        self.driver = Driver()
+        # body -> event: a window is read up to three times a turn (the add's locked read, the
+        # window, the next add's), and a dict look-up costs a fraction of Event.from_json's
+        # own cache; keyed by the whole envelope, so a changed row is parsed (and checked) anew
+        self._bodies: dict[str, Event] = {}
         #: The one statement that reads a conversation's row and its window rows.
         self.window = self.sql.window
 
@@ -144,10 +157,7 @@ class SQLOperations:
 
     def _events(self, rows: Any) -> list[Event]:
         with self._stored():
-            return [
-                replaced(Event.from_json(row.body), {"archived": bool(row.archived)})
-                for row in rows
-            ]
+            return [replaced(Event.from_json(row[1]), {"archived": bool(row[0])}) for row in rows]
 
     def reads_once(self, body: Callable[..., Any], args: Sequence[Any]) -> bool:
         """Whether the read ``body(connection, *args)`` (one of this class's) runs a single
@@ -173,40 +183,53 @@ class SQLOperations:
     def load(self, connection: sa.Connection, cid: str) -> Snapshot:
         """The conversation's row and its window rows in one statement (see :attr:`window`)."""
         return self._snapshot(
-            cid, connection.execute(self.window, {"b_key": conversation_key(cid)}).all()
+            cid, self.driver.rows(connection, self.window, {"b_key": conversation_key(cid)})
         )
 
-    def _snapshot(self, cid: str, rows: Sequence[Any]) -> Snapshot:
-        """The snapshot of the rows of :attr:`window` (or of the same with the row's id)."""
+    def _snapshot(self, cid: str, rows: Sequence[Any], skip: int = 0) -> Snapshot:
+        """The snapshot of the rows of :attr:`window` (by position: version, last_seq,
+        archived_count, compaction_error, compaction_failures, type, body), or of the same
+        after ``skip`` leading columns (the row's id)."""
         if not rows:
             return Snapshot.empty(cid)
         pinned: list[Event] = []
         active: list[Event] = []
         summary: Event | None = None
+        kind, body = 5 + skip, 6 + skip
+        parse, bodies = Event.from_json, self._bodies
         with self._stored():
             for row in rows:
-                if row.body is None:
+                data = row[body]
+                if data is None:
                     continue
-                stored = Event.from_json(row.body)
-                if row.type == EventType.SYSTEM.value:
+                stored = bodies.get(data)
+                if stored is None:
+                    stored = parse(data)
+                    if type(data) is str and len(data) <= PARSE_CACHE_MAX_LENGTH:
+                        if len(bodies) >= WINDOW_BODIES_KEPT:
+                            bodies.clear()
+                        bodies[data] = stored
+                if row[kind] == _SYSTEM:
                     pinned.append(stored)
-                elif row.type == EventType.SUMMARY.value:
+                elif row[kind] == _SUMMARY:
                     summary = stored
                 else:
                     active.append(stored)
-        head = rows[0]
+        version, last_seq, archived_count, error, failures = rows[0][skip : skip + 5]
         return Snapshot(
             conversation_id=cid,
-            version=head.version,
-            last_seq=head.last_seq,
+            version=version,
+            last_seq=last_seq,
             window=Window(pinned=tuple(pinned), summary=summary, active=tuple(active)),
-            archived_count=head.archived_count,
-            compaction_error=head.compaction_error,
-            compaction_failures=head.compaction_failures,
+            archived_count=archived_count,
+            compaction_error=error,
+            compaction_failures=failures,
         )
 
     def history(self, connection: sa.Connection, cid: str) -> list[Event]:
-        return self._events(connection.execute(self.sql.history, {"b_key": conversation_key(cid)}))
+        return self._events(
+            self.driver.rows(connection, self.sql.history, {"b_key": conversation_key(cid)})
+        )
 
     def find_tool_events(
         self, connection: sa.Connection, cid: str, tool_call_ids: Collection[str]
@@ -219,7 +242,8 @@ class SQLOperations:
         self, connection: sa.Connection, cid: str, event_ids: set[str], tool_call_ids: set[str]
     ) -> list[Event]:
         """:meth:`find_events` in one statement (the ids fit in one ``IN`` list)."""
-        rows = connection.execute(
+        rows = self.driver.rows(
+            connection,
             self.sql.events_by_keys,
             {
                 "b_key": conversation_key(cid),
@@ -281,7 +305,9 @@ class SQLOperations:
         for keys in _chunks(sorted({row_key(i) for i in wanted})):
             # the archived flag and the type are checked here, not in SQL: a condition on
             # ``archived`` lets a planner without statistics prefer the window index, a scan
-            rows = connection.execute(self.sql.by_event_key, {"b_ref": ref, "b_keys": keys})
+            rows = self.driver.rows(
+                connection, self.sql.by_event_key, {"b_ref": ref, "b_keys": keys}
+            )
             found.update(
                 (e.id, e)
                 for e in self._events(rows)
@@ -327,18 +353,16 @@ class SQLOperations:
 
     def retracted(self, connection: sa.Connection, cid: str) -> list[Event]:
         """The retracted events, oldest first, from their own table."""
-        bodies = (
-            connection.execute(self.sql.retracted, {"b_key": conversation_key(cid)}).scalars().all()
-        )
+        rows = self.driver.rows(connection, self.sql.retracted, {"b_key": conversation_key(cid)})
         with self._stored():
-            return [retracted_copy(Event.from_json(body)) for body in bodies]
+            return [retracted_copy(Event.from_json(body)) for (body,) in rows]
 
     def compactions(self, connection: sa.Connection, cid: str) -> list[dict[str, Any]]:
         """The newest :attr:`compaction_records_kept` records, oldest first (the table may hold
         a few older ones between two trims: see :meth:`_keep_record`)."""
-        newest = connection.execute(self.sql.records, {"b_key": conversation_key(cid)}).scalars()
+        newest = self.driver.rows(connection, self.sql.records, {"b_key": conversation_key(cid)})
         with self._stored():
-            return [json.loads(record) for record in reversed(newest.all())]
+            return [json.loads(record) for (record,) in reversed(newest)]
 
     def conversations(self, connection: sa.Connection) -> list[str]:
         return sorted(
@@ -358,17 +382,17 @@ class SQLOperations:
         only the locked row). Without ``window`` the snapshot is empty."""
         key = conversation_key(cid)
         if window and connection.dialect.name == "sqlite":
-            rows = connection.execute(self.sql.window_of_writer, {"b_key": key}).all()
+            rows = self.driver.rows(connection, self.sql.window_of_writer, {"b_key": key})
             if rows:
-                snapshot = self._snapshot(cid, rows)
+                snapshot = self._snapshot(cid, rows, skip=1)
                 return _Row(
-                    rows[0].id, snapshot.version, snapshot.last_seq, snapshot.archived_count
+                    rows[0][0], snapshot.version, snapshot.last_seq, snapshot.archived_count
                 ), snapshot
         else:
-            row = connection.execute(self.sql.row_for_update, {"b_key": key}).first()
-            if row is not None:
-                locked = _Row(row.id, row.version, row.last_seq, row.archived_count)
-                if window and row.version:
+            found = self.driver.rows(connection, self.sql.lock_row, {"b_key": key})
+            if found:
+                locked = _Row(*found[0])
+                if window and locked.version:
                     return locked, self.load(connection, cid)
                 return locked, Snapshot.empty(cid)
         return self._new_row(connection, cid, key), Snapshot.empty(cid)
@@ -390,22 +414,25 @@ class SQLOperations:
         batch's events already in the window by id, in one statement (see :meth:`_locked`)."""
         key = conversation_key(cid)
         wanted = {e.id for e in batch}
-        rows = connection.execute(
-            self.sql.ids_of_writer, {"b_key": key, "b_keys": sorted({row_key(i) for i in wanted})}
-        ).all()
+        rows = self.driver.rows(
+            connection,
+            self.sql.ids_of_writer,
+            {"b_key": key, "b_keys": sorted({row_key(i) for i in wanted})},
+        )
         if not rows:
             return self._new_row(connection, cid, key), {}
-        head = rows[0]
+        # by position: id, version, last_seq, archived_count, archived, body
         found = {
             e.id: e
-            for e in self._events(row for row in rows if row.body is not None)
+            for e in self._events(row[4:] for row in rows if row[5] is not None)
             if e.id in wanted and not e.archived and e.type is not EventType.SUMMARY
         }
-        return _Row(head.id, head.version, head.last_seq, head.archived_count), found
+        return _Row(*rows[0][:4]), found
 
     def _bump(self, connection: sa.Connection, row: _Row) -> None:
         """The append's one UPDATE of the conversation's row: its version and last seq."""
-        connection.execute(
+        self.driver.run(
+            connection,
             self.sql.bump_row,
             {
                 "b_ref": row.ref,
@@ -415,21 +442,47 @@ class SQLOperations:
             },
         )
 
+    def _checked(
+        self,
+        connection: sa.Connection,
+        cid: str,
+        batch: list[Event],
+        check: ToolPairCheck,
+        window: Window | None,
+    ) -> list[Event]:
+        """The batch ``check`` returns, given the stored events it needs (see
+        :class:`~chat_memory.backends.base.ChecksToolPairs`), inside the append's transaction
+        with the row locked: from the ``window`` just read when it holds them all, else by
+        the ``event_key`` and ``call_key`` indexes (window and archive)."""
+        found = found_in_window(batch, window) if window is not None else None
+        if found is None:
+            found = self.find_events(connection, cid, tool_event_ids(batch), tool_call_ids(batch))
+        return check(found)
+
     def _appended(
-        self, connection: sa.Connection, cid: str, batch: list[Event]
+        self,
+        connection: sa.Connection,
+        cid: str,
+        batch: list[Event],
+        check: ToolPairCheck | None = None,
     ) -> tuple[_Row, Snapshot, bool]:
-        """Lock the row, read the window and insert the batch's events not stored yet (the id
-        check and the insert are one atomic step under the lock). Returns the row as the
-        append leaves it, the snapshot right after the append, and whether the row's UPDATE is
-        still to be written: the caller writes it, alone or with a compaction's changes."""
+        """Lock the row, read the window, run ``check`` (if given) and insert the batch's
+        events not stored yet (the check, the id check and the insert are one atomic step
+        under the lock). Returns the row as the append leaves it, the snapshot right after the
+        append, and whether the row's UPDATE is still to be written: the caller writes it,
+        alone or with a compaction's changes."""
         locked, before = self._locked(connection, cid, window=True)
         window = before.window
+        if check is not None:
+            batch = self._checked(connection, cid, batch, check, window)
         fresh = unstored(batch, (*window.pinned, *window.active))
         if batch and not fresh:
             return locked, before, False
         numbered = number(fresh, locked.last_seq)
         if fresh:
-            connection.execute(self.sql.insert_events, self._event_rows(locked.ref, numbered))
+            self.driver.insert_many(
+                connection, self.sql.insert_events, self._event_rows(locked.ref, numbered)
+            )
         after = replace(locked, version=locked.version + 1, last_seq=locked.last_seq + len(fresh))
         pinned, real = split_appended(numbered)
         if pinned:  # a system event may supersede an older pin: rare, so read the result back
@@ -452,19 +505,31 @@ class SQLOperations:
             True,
         )
 
-    def append(self, connection: sa.Connection, cid: str, batch: list[Event]) -> Snapshot:
-        """Append ``batch`` (idempotent per event id) and return the snapshot right after it."""
-        row, snapshot, unwritten = self._appended(connection, cid, batch)
+    def append(
+        self,
+        connection: sa.Connection,
+        cid: str,
+        batch: list[Event],
+        check: ToolPairCheck | None = None,
+    ) -> Snapshot:
+        """Append ``batch`` (idempotent per event id) and return the snapshot right after it;
+        ``check``: the engine's tool-pair check, run inside (see :meth:`_checked`)."""
+        row, snapshot, unwritten = self._appended(connection, cid, batch, check)
         if unwritten:
             self._bump(connection, row)
         return snapshot
 
     def append_without_window(
-        self, connection: sa.Connection, cid: str, batch: list[Event]
+        self,
+        connection: sa.Connection,
+        cid: str,
+        batch: list[Event],
+        check: ToolPairCheck | None = None,
     ) -> list[Event]:
         """Append ``batch`` like :meth:`append` (idempotent per event id against the window, under
         the row lock) and return the stored copy of each of its events, without reading the
-        window: the batch's ids are looked up by the ``event_key`` index."""
+        window: the batch's ids are looked up by the ``event_key`` index, and so are the
+        stored events ``check`` needs (see :meth:`_checked`)."""
         if connection.dialect.name == "sqlite" and len(batch) <= _KEYS_PER_QUERY:
             locked, before = self._locked_with_ids(connection, cid, batch)
         else:
@@ -474,12 +539,19 @@ class SQLOperations:
                 if locked.version
                 else {}
             )
+        if check is not None:
+            # a conversation created by this transaction holds nothing to look up
+            batch = (
+                self._checked(connection, cid, batch, check, None) if locked.version else check([])
+            )
         fresh = [e for e in unstored(batch, ()) if e.id not in before]
         if batch and not fresh:
             return [before[e.id] for e in batch]
         numbered = number(fresh, locked.last_seq)
         if fresh:
-            connection.execute(self.sql.insert_events, self._event_rows(locked.ref, numbered))
+            self.driver.insert_many(
+                connection, self.sql.insert_events, self._event_rows(locked.ref, numbered)
+            )
         self._bump(
             connection,
             replace(locked, version=locked.version + 1, last_seq=locked.last_seq + len(fresh)),
@@ -495,11 +567,13 @@ class SQLOperations:
         cid: str,
         batch: list[Event],
         planner: Callable[[Snapshot], CompactionPlan | None],
+        check: ToolPairCheck | None = None,
     ) -> tuple[Snapshot, bool]:
-        """Append, then apply the planner's plan in the same transaction: the row stays locked
-        since the append, so the compare-and-swap cannot lose; the append's and the
-        compaction's changes of the row are one UPDATE."""
-        row, snapshot, unwritten = self._appended(connection, cid, batch)
+        """Append (after ``check``, if given: see :meth:`_checked`), then apply the planner's
+        plan in the same transaction: the row stays locked since the append, so the
+        compare-and-swap cannot lose; the append's and the compaction's changes of the row
+        are one UPDATE."""
+        row, snapshot, unwritten = self._appended(connection, cid, batch, check)
         plan = planner(snapshot)
         applied = plan is not None and plan.expected_version == row.version
         if plan is not None and applied:
@@ -536,10 +610,10 @@ class SQLOperations:
     def apply(self, connection: sa.Connection, cid: str, plan: CompactionPlan) -> bool:
         """A compaction as a compare-and-swap on the version, checked on the locked row; False
         (nothing changed) when another write got there first."""
-        row = connection.execute(self.sql.row_for_update, {"b_key": conversation_key(cid)}).first()
-        if row is None or row.version != plan.expected_version:
+        found = self.driver.rows(connection, self.sql.lock_row, {"b_key": conversation_key(cid)})
+        if not found or found[0][1] != plan.expected_version:
             return False
-        self._compact(connection, _Row(row.id, row.version, row.last_seq, row.archived_count), plan)
+        self._compact(connection, _Row(*found[0]), plan)
         return True
 
     def _compact(self, connection: sa.Connection, row: _Row, plan: CompactionPlan) -> None:
@@ -552,14 +626,19 @@ class SQLOperations:
             else self.max_archived_events
         )
         ref, last_seq = row.ref, row.last_seq
-        archived = connection.execute(
-            self.sql.archive_through, {"b_ref": ref, "through_seq": plan.archive_through_seq}
-        ).rowcount
+        run = self.driver.run
+        archived = run(
+            connection,
+            self.sql.archive_through,
+            {"b_ref": ref, "through_seq": plan.archive_through_seq},
+        )
         if plan.summary is not None:
-            archived += connection.execute(self.sql.archive_summary, {"b_ref": ref}).rowcount
+            archived += run(connection, self.sql.archive_summary, {"b_ref": ref})
             last_seq += 1
             summary = number([plan.summary], row.last_seq)
-            connection.execute(self.sql.insert_events, self._event_rows(ref, summary))
+            self.driver.insert_many(
+                connection, self.sql.insert_events, self._event_rows(ref, summary)
+            )
         archived_count = row.archived_count + archived
         if cap is not None and archived_count > cap:
             archived_count -= self._trim(connection, ref, archived_count - cap)
@@ -571,11 +650,9 @@ class SQLOperations:
             "b_now": _now(),
         }
         if plan.summary is None:
-            connection.execute(self.sql.compacted, values)
+            run(connection, self.sql.compacted, values)
         else:
-            connection.execute(
-                self.sql.compacted_with_summary, {**values, "b_summary_seq": last_seq}
-            )
+            run(connection, self.sql.compacted_with_summary, {**values, "b_summary_seq": last_seq})
         if plan.record is not None:
             self._keep_record(connection, ref, row.version + 1, plan.record)
 
@@ -587,23 +664,24 @@ class SQLOperations:
         :meth:`compactions` reads only the newest ones, so what it returns keeps the bound;
         the table holds a few more between two trims. Which writes trim is a hash of the row
         and the version: deterministic, yet no regular pattern of writes can avoid it."""
-        connection.execute(self.sql.insert_record, {"b_ref": ref, "b_record": json.dumps(record)})
+        run = self.driver.run
+        run(connection, self.sql.insert_record, {"b_ref": ref, "b_record": json.dumps(record)})
         if not trims_records(ref, version):
             return
-        oldest_kept = connection.execute(
-            self.sql.oldest_kept_record, {"b_ref": ref}
-        ).scalar_one_or_none()
-        if oldest_kept is not None:
-            connection.execute(self.sql.drop_records, {"b_ref": ref, "b_id": oldest_kept})
+        oldest_kept = self.driver.rows(connection, self.sql.oldest_kept_record, {"b_ref": ref})
+        if oldest_kept:
+            run(connection, self.sql.drop_records, {"b_ref": ref, "b_id": oldest_kept[0][0]})
 
     def _trim(self, connection: sa.Connection, ref: int, excess: int) -> int:
         """Delete the ``excess`` oldest archived events; returns how many were deleted."""
-        through = connection.execute(
-            self.sql.oldest_archived, {"b_ref": ref, "b_skip": excess - 1}
-        ).scalar_one_or_none()
-        if through is None:
+        through = self.driver.rows(
+            connection, self.sql.oldest_archived, {"b_ref": ref, "b_skip": excess - 1}
+        )
+        if not through:
             return 0
-        return connection.execute(self.sql.drop_archived, {"b_ref": ref, "b_seq": through}).rowcount
+        return self.driver.run(
+            connection, self.sql.drop_archived, {"b_ref": ref, "b_seq": through[0][0]}
+        )
 
     def retract(
         self, connection: sa.Connection, cid: str, event_ids: Collection[str]

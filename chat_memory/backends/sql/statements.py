@@ -24,6 +24,18 @@ class Statements:
         by_key = conversations.c.conversation_key == sa.bindparam("b_key")
         self.row = sa.select(conversations).where(by_key)
         self.row_for_update = self.row.with_for_update()
+        # the locked row as a write reads it (by position: id, version, last_seq,
+        # archived_count), for the driver path (see driver.py)
+        self.lock_row = (
+            sa.select(
+                conversations.c.id,
+                conversations.c.version,
+                conversations.c.last_seq,
+                conversations.c.archived_count,
+            )
+            .where(by_key)
+            .with_for_update()
+        )
         self.bump_row = (
             conversations.update()
             .where(conversations.c.id == sa.bindparam("b_ref"))

@@ -16,11 +16,13 @@ from ...events import Event
 from ...search import SearchQuery, SearchResult
 from ..base import (
     AppendsWithoutWindow,
+    ChecksToolPairs,
     CompactionPlan,
     CompactsWhileAppending,
     Retracts,
     Snapshot,
     Store,
+    ToolPairCheck,
     check_conversation_id,
 )
 from ..declarations import ConnectionField, StoreNode, StoreOption
@@ -41,7 +43,7 @@ from .schema import DEFAULT_TABLE_PREFIX, Tables
 T = TypeVar("T")
 
 
-class SQLStore(AppendsWithoutWindow, CompactsWhileAppending, Retracts, Store):
+class SQLStore(AppendsWithoutWindow, ChecksToolPairs, CompactsWhileAppending, Retracts, Store):
     """Conversations in SQL tables, for the embedded SQLite default and for database servers.
 
     >>> store = SQLStore("sqlite:///chat.db")                      # or open_store("sqlite:///chat.db")
@@ -192,14 +194,20 @@ class SQLStore(AppendsWithoutWindow, CompactsWhileAppending, Retracts, Store):
 
     # -- writes ------------------------------------------------------------------------------
 
-    def append(self, conversation_id: str, events: Sequence[Event]) -> Snapshot:
+    def append(
+        self, conversation_id: str, events: Sequence[Event], check: ToolPairCheck | None = None
+    ) -> Snapshot:
+        """Append in one transaction (``check``, if given, inside it: see
+        :class:`~chat_memory.backends.base.ChecksToolPairs`)."""
         cid = check_conversation_id(conversation_id)
         self._ready()
         return self._write(
-            self.ops.append, cid, list(events), what=f"append to conversation {cid!r}"
+            self.ops.append, cid, list(events), check, what=f"append to conversation {cid!r}"
         )
 
-    def append_without_window(self, conversation_id: str, events: Sequence[Event]) -> list[Event]:
+    def append_without_window(
+        self, conversation_id: str, events: Sequence[Event], check: ToolPairCheck | None = None
+    ) -> list[Event]:
         """Append in one transaction, looking the batch's ids up by index (see
         :meth:`SQLOperations.append_without_window`); the stored copies of ``events``."""
         cid = check_conversation_id(conversation_id)
@@ -208,6 +216,7 @@ class SQLStore(AppendsWithoutWindow, CompactsWhileAppending, Retracts, Store):
             self.ops.append_without_window,
             cid,
             list(events),
+            check,
             what=f"append to conversation {cid!r}",
         )
 
@@ -216,6 +225,7 @@ class SQLStore(AppendsWithoutWindow, CompactsWhileAppending, Retracts, Store):
         conversation_id: str,
         events: Sequence[Event],
         planner: Callable[[Snapshot], CompactionPlan | None],
+        check: ToolPairCheck | None = None,
     ) -> tuple[Snapshot, bool]:
         cid = check_conversation_id(conversation_id)
         self._ready()
@@ -224,6 +234,7 @@ class SQLStore(AppendsWithoutWindow, CompactsWhileAppending, Retracts, Store):
             cid,
             list(events),
             planner,
+            check,
             what=f"append to conversation {cid!r}",
         )
 
