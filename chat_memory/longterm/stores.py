@@ -30,7 +30,7 @@ def long_term_memory(
     ``memory.forget(user=...)`` erases it with its versions; docs/lifecycle.md). ``options``:
     ``limits`` (:class:`MemoryLimits`), ``retry`` (:class:`~chat_memory.backoff.Backoff`),
     ``retention_seconds`` (``memory.sweep()`` deletes the namespace once nothing was written
-    to it for that long; stores that keep it: memory://). A store whose class declares no
+    to it for that long; stores that keep it: memory://, S3). A store whose class declares no
     ``long_term`` is a :class:`ConfigurationError` listing those that do."""
     if user is not None:
         namespace = scoped_namespace(Scope(user, app), namespace)

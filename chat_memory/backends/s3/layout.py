@@ -39,12 +39,13 @@ import gzip
 import hashlib
 import json
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ...errors import SchemaError
 from ...events import Event, EventType, Window
+from ...lifecycle.keys import guard_name, scope_of_key
 from ...search import search_text
 from ..base import Snapshot
 from ..failures import stored_data
@@ -117,7 +118,48 @@ class Layout:
         return f"{self.prefix}heads/"
 
     def head(self, conversation_id: str) -> str:
+        """A bare id's head is ``heads/<key>``; a scoped conversation's lives under its scope's
+        own prefix (:meth:`scope_heads`), so listing a scope lists nothing else."""
+        scope = scope_of_key(conversation_id)
+        if scope:
+            return self.scope_heads(scope) + conversation_key(conversation_id)
         return self.heads + conversation_key(conversation_id)
+
+    @property
+    def scopes(self) -> str:
+        return f"{self.prefix}scopes/"
+
+    def scope_heads(self, scope: str) -> str:
+        """Where the heads of a scope (a scope prefix; ``""``: the bare ids) are stored."""
+        if not scope:
+            return self.heads
+        return f"{self.scopes}{conversation_key(scope)}/heads/"
+
+    def archive(self, conversation_id: str) -> str:
+        """Every generation's segments of the conversation."""
+        return f"{self.prefix}archive/{conversation_key(conversation_id)}/"
+
+    @property
+    def namespaces(self) -> str:
+        """Where long-term memory namespaces live (:mod:`chat_memory.longterm.s3`)."""
+        return f"{self.prefix}memory/"
+
+    def namespace_root(self, namespace: str) -> str:
+        """A namespace's folder: ``memory/<digest>/``, or, for a user's namespace, under its
+        scope's own folder (:meth:`scope_namespaces`), so that an erasure finds it by listing."""
+        digest = hashlib.sha256(namespace.encode("utf-8")).hexdigest()
+        scope = scope_of_key(namespace)
+        if scope:
+            return f"{self.scope_namespaces(scope)}{digest}/"
+        return f"{self.namespaces}{digest}/"
+
+    def scope_namespaces(self, scope: str) -> str:
+        """The folder of a scope's long-term namespaces (a scope prefix, not ``""``)."""
+        return f"{self.namespaces}scopes/{conversation_key(scope)}/"
+
+    def guard(self, key_or_scope: str) -> str:
+        """The erasure guard of a key or scope prefix (named by digest: no user id in it)."""
+        return f"{self.prefix}guards/{guard_name(key_or_scope)}"
 
     def segments(self, conversation_id: str, generation: str) -> str:
         return f"{self.prefix}archive/{conversation_key(conversation_id)}/{generation}/"
@@ -259,6 +301,10 @@ class Head:
     window: tuple[SegmentRef, ...] = field(default_factory=tuple)
     #: retracted segments: the events taken back by ``retract`` (each segment in seq order)
     retracted: tuple[SegmentRef, ...] = field(default_factory=tuple)
+    #: the lifecycle metadata (docs/lifecycle.md): ``created_at`` and ``last_active_at`` (ISO
+    #: UTC, stamped by every head write), ``title``, ``tags`` and free ``values``; an optional
+    #: ``meta`` key in every format (older chat-memory ignores it)
+    meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
 
     @classmethod
     def new(cls, conversation_id: str) -> Head:
@@ -308,6 +354,8 @@ class Head:
             "compactions": list(self.compactions),
             "archive_blooms": [ref.bloom for ref in self.segments],
         }
+        if self.meta:
+            doc["meta"] = dict(self.meta)
         if self.compaction_failures:
             # an optional key in every format: read as 0 when missing; older code ignores it
             doc["compaction_failures"] = self.compaction_failures
@@ -340,6 +388,7 @@ class Head:
                 writes=tuple(doc.get("writes", ())),
                 unpinned=tuple(Event.model_validate(e) for e in doc.get("unpinned", ())),
                 compactions=tuple(doc.get("compactions", ())),
+                meta=doc.get("meta") or {},
             )
 
 

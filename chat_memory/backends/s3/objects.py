@@ -10,17 +10,21 @@ Bloom filters; and a consistent read of a head with its segments (:meth:`_consis
 from __future__ import annotations
 
 import itertools
+import json
 import time
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
 from typing import Any, TypeVar
 
 from chat_memory.backoff import Backoff
 
 from ...errors import ConcurrencyError, StorageError
 from ...events import Event, EventType
+from ...lifecycle.keys import scope_of_key
 from ..bookkeeping import archived_copy, tool_events
+from ..failures import stored_data
 from .cache import HeadCache
 from .client import is_conflict, is_missing, was_retried
 from .layout import (
@@ -45,6 +49,12 @@ RECENT_WRITES = 16
 #: Past this many ids, a look-up reads every segment instead of testing each Bloom filter.
 LOOKUP_LIMIT = 64
 _TOOL_TYPES = frozenset({EventType.TOOL_CALL.value, EventType.TOOL_RESULT.value})
+
+
+def stamped(meta: Mapping[str, Any]) -> dict[str, Any]:
+    """``meta`` with ``last_active_at`` set to now (and ``created_at`` on a first write)."""
+    moment = datetime.now(timezone.utc).isoformat()
+    return {"created_at": moment, **meta, "last_active_at": moment}
 
 
 class SegmentGone(Exception):
@@ -87,7 +97,9 @@ class ConversationObjects:
         our own first attempt's doing, and the id tells that apart from a lost race, so
         the caller neither appends its events twice nor deletes segments the head uses."""
         write_id = uuid.uuid4().hex[:16]
-        head = head.evolve(writes=(*head.writes, write_id)[-RECENT_WRITES:])
+        head = head.evolve(
+            writes=(*head.writes, write_id)[-RECENT_WRITES:], meta=stamped(head.meta)
+        )
         condition = {"IfMatch": etag} if etag is not None else {"IfNoneMatch": "*"}
         cid = head.conversation_id
         try:
@@ -102,10 +114,59 @@ class ConversationObjects:
             self._heads.drop(cid)
             # If-Match on a head deleted meanwhile (clear) answers 404
             if is_conflict(exc) or (etag is not None and is_missing(exc)):
-                return was_retried(exc) and self._stored_by(cid, write_id)
+                stored = was_retried(exc) and self._stored_by(cid, write_id)
+                if stored and etag is None:  # our retried create did land
+                    self._refuse_if_guarded(head)
+                return stored
             raise
         self._heads.put(cid, head, response.get("ETag"))
+        if etag is None:
+            self._refuse_if_guarded(head)
         return True
+
+    def _refuse_if_guarded(self, head: Head) -> None:
+        """After creating a head: when an erasure guard of its key or scope is live, delete
+        what was just written and raise :class:`ConcurrencyError`. Checked after the create,
+        not before, so that an erasure either lists this head (it was stored before the
+        erasure listed the scope) or this check sees its guard (written before that listing)."""
+        cid = head.conversation_id
+        scope = scope_of_key(cid)
+        for guarded in (cid, scope) if scope else (cid,):
+            until = self._guard_until(self.layout.guard(guarded))
+            if until is not None and until > time.time():
+                self._heads.drop(cid)
+                self.client.delete_object(Bucket=self.bucket, Key=self.layout.head(cid))
+                self._delete_prefix(self.layout.segments(cid, head.generation))
+                raise ConcurrencyError(
+                    f"conversation {cid[:80]!r} is being erased (forget); writes that would "
+                    f"create it again are refused for {until - time.time():.0f} more seconds"
+                )
+
+    def _guard_until(self, key: str) -> float | None:
+        """The deadline (epoch seconds) of the erasure guard at ``key``, None when there is none."""
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=key)["Body"].read()
+        except Exception as exc:
+            if is_missing(exc):
+                return None
+            raise
+        with stored_data(f"S3 erasure guard {key!r}"):
+            return float(json.loads(body)["until"])
+
+    def _keys_under(self, prefix: str) -> list[str]:
+        return [
+            obj["Key"]
+            for page in self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=prefix
+            )
+            for obj in page.get("Contents", [])
+        ]
+
+    def _delete_prefix(self, prefix: str) -> int:
+        """Delete every object under ``prefix``; how many there were."""
+        keys = self._keys_under(prefix)
+        self._delete_quietly(keys)
+        return len(keys)
 
     def _stored_by(self, cid: str, write_id: str) -> bool:
         """True when the stored head is, or descends from, the write ``write_id``."""

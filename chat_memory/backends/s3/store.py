@@ -14,6 +14,7 @@ from chat_memory.backoff import Backoff
 
 from ...errors import ChatMemoryError, ConfigurationError, InvalidInputError, StorageError
 from ...events import Event
+from ...lifecycle.keys import stored_key
 from ...pins import superseded
 from ...search import SearchQuery, SearchResult, search_text
 from ..base import (
@@ -31,6 +32,7 @@ from .cache import HeadCache
 from .client import S3_DRIVER_ERRORS, ensure_bucket, make_client, parse_location
 from .compaction import Compacting
 from .layout import TAIL_EVENTS, Head, Layout, Segment, conversation_id_of, normalize_prefix
+from .lifecycle import S3Lifecycle
 from .objects import SegmentGone
 from .retraction import Retracting
 
@@ -41,7 +43,13 @@ _OBJECT_KEYWORDS = frozenset({"client", "owns_client", "backoff", "read_workers"
 
 
 class S3Store(
-    Compacting, Retracting, CompactsWhileAppending, AppendsWithoutWindow, Retracts, Store
+    Compacting,
+    Retracting,
+    S3Lifecycle,
+    CompactsWhileAppending,
+    AppendsWithoutWindow,
+    Retracts,
+    Store,
 ):
     """Conversations in an S3 bucket (or anything that speaks S3 conditional writes).
 
@@ -417,20 +425,21 @@ class S3Store(
         self._delete_quietly(keys)
 
     def conversations(self) -> list[str]:
+        """Every key: bare ids (under ``heads/``) and scoped ones (under ``scopes/``), marked
+        with :func:`~chat_memory.lifecycle.keys.stored_key`."""
         ids: list[str] = []
-        heads = self.layout.heads
-        for page in self.client.get_paginator("list_objects_v2").paginate(
-            Bucket=self.bucket, Prefix=heads
-        ):
-            for obj in page.get("Contents", []):
-                name = obj["Key"][len(heads) :]
-                cid = conversation_id_of(name)
-                if cid is None:
-                    found = self._read_head_by_key(obj["Key"])
-                    if found is None:
-                        continue
-                    cid = found
-                ids.append(cid)
+        for folder in (self.layout.heads, self.layout.scopes):
+            for page in self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=folder
+            ):
+                for obj in page.get("Contents", []):
+                    cid = conversation_id_of(obj["Key"].rsplit("/", 1)[-1])
+                    if cid is None:
+                        found = self._read_head_by_key(obj["Key"])
+                        if found is None:
+                            continue
+                        cid = found
+                    ids.append(stored_key(cid))
         return sorted(ids)
 
     def close(self) -> None:
