@@ -43,6 +43,7 @@ from .strategies import Cut, Strategy
 from .summarizer import Summarizer
 from .summary_state import archive_tally as _archive_tally
 from .summary_state import real_summary_text
+from .telemetry import traced_compaction
 from .tokens import TokenCounter, count_event_tokens
 
 log = logging.getLogger(__name__)
@@ -139,6 +140,7 @@ class Compactor:
             record=record.to_json(),
         )
 
+    @traced_compaction
     def compact(
         self, cid: str, snapshot: Snapshot, cut: Cut | None = None, *, force: bool = False
     ) -> Steps[CompactionResult]:
