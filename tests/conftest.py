@@ -93,10 +93,19 @@ def writer_processes(aws_env):
     the drivers costs about 1.5 s of CPU; once a run instead of once a test (15 tests) keeps
     CI inside its budget. Each task opens and closes its own store, so nothing carries over.
     Started after ``aws_env`` so the workers inherit the dummy S3 credentials."""
-    with ProcessPoolExecutor(
-        WRITER_PROCESSES, mp_context=multiprocessing.get_context("spawn")
-    ) as pool:
+    pool = ProcessPoolExecutor(WRITER_PROCESSES, mp_context=multiprocessing.get_context("spawn"))
+    try:
         yield pool
+    finally:
+        # Every test waited for its tasks, so the workers are idle and hold nothing open: ended
+        # at once rather than shut down one interpreter after another (3.2-3.6 s measured, and
+        # more on a loaded machine). The pool has no public handle on its processes;
+        # ``_processes`` has been there since Python 3.2.
+        workers = list(pool._processes.values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for worker in workers:
+            worker.terminate()
+        pool.shutdown(wait=True)
 
 
 @pytest.fixture(

@@ -1,6 +1,7 @@
 """What an ``add()`` reads, counted (not timed): on a store with the
 :class:`~chat_memory.backends.base.AppendsWithoutWindow` ability, an add under strategy
-``none`` at 30,000 events reads and parses about as many events as it holds (the tool-pair
+``none`` on a long history (3,000 events on every store; 30,000 under ``CHAT_MEMORY_FULL=1``
+and in the single-store tests) reads and parses about as many events as it holds (the tool-pair
 check and the append look the batch's ids up by index), whether the batch is a user message
 and a reply, a tool call, its result, a retry, or a late result of an archived call. The old
 path read the whole window (30,000 events) once or twice per add.
@@ -21,6 +22,7 @@ from chat_memory import AsyncChatMemory, ChatMemory, Event, MemoryConfig, open_a
 from chat_memory.backends.base import AppendsWithoutWindow, CompactionPlan, Snapshot, Store
 from chat_memory.backends.sql import SQLStore
 from chat_memory.errors import InvalidEventError
+from tests.fixtures.reliability import full_size_requested
 from tests.support.helpers import fixed_tokens
 
 NONE = MemoryConfig(compaction_strategy="none")
@@ -28,6 +30,9 @@ LONG = 30_000
 #: What an add may parse or receive from the store, whatever the conversation's length: a
 #: few times its batch (the batch's own round trip through JSON, the stored copies back).
 BOUND = 12
+#: The history of the tests run on every store: 250 times BOUND already tells a read of the
+#: batch from a read of the window, at a tenth of LONG's cost (about 150 s of the main run).
+EVERY_STORE_LONG = LONG if full_size_requested() else 3_000
 
 
 def long_history(n: int = LONG) -> list[Event]:
@@ -105,50 +110,50 @@ def lean_store(store: Store) -> Store:
     return store
 
 
-def test_an_add_at_30_000_events_reads_its_batch_not_the_history(lean_store, monkeypatch):
-    store = lean_store
-    store.append("long", long_history())
+def test_an_add_to_a_long_history_reads_its_batch_not_the_history(lean_store, monkeypatch):
+    store, n = lean_store, EVERY_STORE_LONG
+    store.append("long", long_history(n))
     memory = ChatMemory(store, NONE, token_counter=fixed_tokens)
     reads = Reads(monkeypatch, store)
 
     turn = [Event.user("one more question"), Event.assistant("one more answer")]
-    assert [e.seq for e in reads.add(memory, "long", turn)] == [LONG + 1, LONG + 2]
+    assert [e.seq for e in reads.add(memory, "long", turn)] == [n + 1, n + 2]
     assert reads.parsed <= BOUND and reads.received <= BOUND, (reads.parsed, reads.received)
 
     call = Event.tool_call("lookup", {"q": "new"}, call_id="new-call")
-    assert reads.add(memory, "long", [call])[0].seq == LONG + 3
+    assert reads.add(memory, "long", [call])[0].seq == n + 3
     assert reads.parsed <= BOUND and reads.received <= BOUND, (reads.parsed, reads.received)
 
     result = Event.tool_result("new-call", "found it")  # named after its call, looked up by id
     stored = reads.add(memory, "long", [result])
-    assert stored[0].seq == LONG + 4 and stored[0].tool_name == "lookup"
+    assert stored[0].seq == n + 4 and stored[0].tool_name == "lookup"
     assert reads.parsed <= BOUND and reads.received <= BOUND, (reads.parsed, reads.received)
 
     again = reads.add(memory, "long", [*turn, call, result])  # a retry: stored once
-    assert [e.seq for e in again] == [LONG + 1, LONG + 2, LONG + 3, LONG + 4]
+    assert [e.seq for e in again] == [n + 1, n + 2, n + 3, n + 4]
     assert reads.parsed <= 3 * BOUND and reads.received <= 3 * BOUND, (reads.parsed, reads.received)
 
     with pytest.raises(InvalidEventError, match="already in the window"):
-        reads.add(memory, "long", [Event.tool_call("lookup", {}, call_id="old-29996")])
+        reads.add(memory, "long", [Event.tool_call("lookup", {}, call_id=f"old-{n - 4}")])
     with pytest.raises(InvalidEventError, match="second tool_result"):
         reads.add(memory, "long", [Event.tool_result("new-call", "again")])
     assert reads.parsed <= BOUND and reads.received <= BOUND, (reads.parsed, reads.received)
-    assert memory.stats("long").active_events == LONG + 4
+    assert memory.stats("long").active_events == n + 4
 
 
 def test_a_late_result_of_an_archived_call_reads_the_call_not_the_archive(lean_store, monkeypatch):
-    store = lean_store
-    store.append("late", [*long_history(), Event.tool_call("lookup", {}, call_id="late", tokens=1)])
+    store, n = lean_store, EVERY_STORE_LONG
+    store.append(
+        "late", [*long_history(n), Event.tool_call("lookup", {}, call_id="late", tokens=1)]
+    )
     store.append("late", [Event.user("next", tokens=1)])
     snapshot = store.load("late")
-    plan = CompactionPlan(
-        snapshot.version, archive_through_seq=LONG + 1, max_archived_events=LONG + 1
-    )
+    plan = CompactionPlan(snapshot.version, archive_through_seq=n + 1, max_archived_events=n + 1)
     assert store.apply("late", plan)
     memory = ChatMemory(store, NONE, token_counter=fixed_tokens)
     reads = Reads(monkeypatch, store)
     stored = reads.add(memory, "late", [Event.tool_result("late", "finally")])
-    assert stored[0].tool_name == "lookup" and stored[0].seq == LONG + 3
+    assert stored[0].tool_name == "lookup" and stored[0].seq == n + 3
     assert reads.parsed <= BOUND and reads.received <= BOUND, (reads.parsed, reads.received)
     with pytest.raises(InvalidEventError, match=r"second tool_result .* \(seq 3, archived\)"):
         reads.add(memory, "late", [Event.tool_result("old-0", "again")])
