@@ -10,6 +10,7 @@ Layout, per conversation, under a configurable prefix (default ``chat-memory:``)
     <prefix>{<digest>}:texts     hash seq -> folded search text of each real event
     <prefix>{<digest>}:recent    sorted set of the last request tokens (retry de-duplication)
     <prefix>{<digest>}:compactions  list of the newest compaction records (JSON), oldest first
+    <prefix>{<digest>}:timeline  list of fork timeline entries (JSON; redis_transfer.py)
     <prefix>conversations        set of conversation ids (the registry)
     <prefix>layout               the layout version of everything under the prefix
     <prefix>layout:migrations    hash N -> when and why the layout was migrated to N
@@ -38,27 +39,36 @@ a turn costs no extra round trip.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import urlsplit
 
 from ..errors import StorageError
 from ..events import Event
+from ..lifecycle.records import ConversationRecord, ErasureCounts
 from ..search import SearchQuery, SearchResult
 from .base import (
     AppendsWithoutWindow,
     ChecksToolPairs,
     CompactionPlan,
     CompactsWhileAppending,
+    Dumps,
+    Forks,
+    KeepsLifecycle,
     Retracts,
     Snapshot,
     Store,
     ToolPairCheck,
+    check_conversation_id,
 )
 from .declarations import ConnectionField, StoreNode
 from .failures import wrap_driver_errors
 from .redis_io import LuaScript, RedisSteps, ScriptSource, driver, driver_target, retry, run
+from .redis_lifecycle import RedisLifecycle
 from .redis_sansio import DEFAULT_PREFIX, RedisSansIO
+from .redis_transfer import RedisTransfer
 from .redis_writes import RedisWrites
+from .timeline import ConversationDump
 
 if TYPE_CHECKING:
     from .redis_io import SyncClient
@@ -101,11 +111,16 @@ NODE = StoreNode(
 
 
 class RedisStore(
+    RedisLifecycle["SyncClient"],
+    RedisTransfer["SyncClient"],
     RedisWrites["SyncClient"],
     ChecksToolPairs,
     AppendsWithoutWindow,
     CompactsWhileAppending,
     Retracts,
+    Forks,
+    Dumps,
+    KeepsLifecycle,
     Store,
 ):
     """Conversations in Redis (``redis://``, ``rediss://``) or Redis Cluster
@@ -252,6 +267,60 @@ class RedisStore(
 
     def clear(self, conversation_id: str) -> None:
         self._do(self._clear_steps(conversation_id))
+
+    def fork(self, conversation_id: str, new_conversation_id: str, at: int | None) -> Snapshot:
+        """Two scripts (see :mod:`~chat_memory.backends.redis_transfer`): the source read in
+        one consistent state, the fork written whole in its own hash slot."""
+        return self._do(self._fork_steps(conversation_id, new_conversation_id, at))
+
+    def dump(self, conversation_id: str) -> ConversationDump | None:
+        """One script (``dump.lua``)."""
+        return self._do(self._dump_steps(conversation_id))
+
+    def restore(self, dump: ConversationDump) -> None:
+        """One script (``restore.lua``), refused when the conversation is stored already."""
+        self._do(self._restore_steps(dump))
+
+    # -- the lifecycle (steps of redis_lifecycle) ----------------------------------------------
+
+    def conversation_record(self, conversation_id: str) -> ConversationRecord | None:
+        cid = check_conversation_id(conversation_id)
+        return self._do(self._conversation_record_steps(cid))
+
+    def set_metadata(
+        self,
+        conversation_id: str,
+        title: str | None,
+        tags: Sequence[str] | None,
+        values: Mapping[str, Any],
+    ) -> ConversationRecord:
+        cid = check_conversation_id(conversation_id)
+        return self._do(self._set_metadata_steps(cid, title, tags, values))
+
+    def list_conversations(
+        self, scope: str, tag: str | None, offset: int, limit: int
+    ) -> list[ConversationRecord]:
+        return self._do(self._list_conversations_steps(scope, tag, offset, limit))
+
+    def idle_conversations(self, scope: str | None, cutoff: datetime, limit: int) -> list[str]:
+        return self._do(self._idle_conversations_steps(scope, cutoff, limit))
+
+    def delete_idle(self, conversation_id: str, cutoff: datetime) -> ErasureCounts | None:
+        cid = check_conversation_id(conversation_id)
+        return self._do(self._delete_idle_steps(cid, cutoff))
+
+    def erase(self, conversation_id: str, guard_seconds: float) -> ErasureCounts:
+        cid = check_conversation_id(conversation_id)
+        return self._do(self._erase_steps(cid, guard_seconds))
+
+    def erase_scope(self, scope: str, limit: int, guard_seconds: float) -> ErasureCounts:
+        return self._do(self._erase_scope_steps(scope, limit, guard_seconds))
+
+    def erase_namespaces(self, scope: str, guard_seconds: float) -> ErasureCounts:
+        return self._do(self._erase_namespaces_steps(scope, guard_seconds))
+
+    def sweep_namespaces(self, scope: str | None, now: datetime) -> tuple[int, ErasureCounts]:
+        return self._do(self._sweep_namespaces_steps(scope, now))
 
 
 __all__ = ["NODE", "RedisStore"]

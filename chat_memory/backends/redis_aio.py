@@ -9,18 +9,24 @@ The two stores read and write the same data: a sync and an async process may sha
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from contextvars import ContextVar
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import ConfigurationError
 from ..events import Event
+from ..lifecycle.records import ConversationRecord, ErasureCounts
 from ..search import SearchQuery, SearchResult
 from .aio import AsyncStore
-from .base import CompactionPlan, Snapshot, ToolPairCheck
+from .base import CompactionPlan, Snapshot, ToolPairCheck, check_conversation_id
 from .failures import wrap_driver_errors
 from .redis_io import RedisSteps, arun, driver, driver_target, retry
+from .redis_lifecycle import RedisLifecycle
 from .redis_sansio import RedisSansIO
+from .redis_transfer import RedisTransfer
 from .redis_writes import RedisWrites
+from .timeline import ConversationDump
 
 if TYPE_CHECKING:
     from .redis_io import AsyncClient
@@ -28,15 +34,26 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 #: Connections of a single-server store's pool unless the URL says ``?max_connections=N``;
-#: more concurrent commands wait for a free one (up to 20 s) instead of failing.
+#: more concurrent operations wait their turn, first come first served, instead of failing.
 DEFAULT_MAX_CONNECTIONS = 32
+
+#: The admission gates the running task holds: an operation run inside another (a layout
+#: migration calling the store) must not wait for a second turn of the same gate.
+_HELD_GATES: ContextVar[frozenset[asyncio.Semaphore]] = ContextVar(
+    "chat_memory_redis_held_gates", default=frozenset()
+)
 
 
 def _driver() -> Any:
     return driver("redis.asyncio", "redis.asyncio.cluster")
 
 
-class AsyncRedisStore(RedisWrites["AsyncClient"], AsyncStore):
+class AsyncRedisStore(
+    RedisLifecycle["AsyncClient"],
+    RedisTransfer["AsyncClient"],
+    RedisWrites["AsyncClient"],
+    AsyncStore,
+):
     """Conversations in Redis (``redis://``, ``rediss://``) or Redis Cluster
     (``redis+cluster://host:port``), for :class:`~chat_memory.AsyncChatMemory`.
 
@@ -55,6 +72,9 @@ class AsyncRedisStore(RedisWrites["AsyncClient"], AsyncStore):
     _reopen: Callable[[], AsyncClient] | None = None
     #: The event loop the client's connections were opened on (None before the first command).
     _loop: asyncio.AbstractEventLoop | None = None
+    #: Admission to the client's blocking pool, one turn per connection (None when the client
+    #: has no blocking pool: a cluster, or a client passed in with a pool of another kind).
+    _gate: asyncio.Semaphore | None = None
 
     def _is_cluster(self, client: AsyncClient) -> bool:
         redis = _driver()
@@ -111,8 +131,23 @@ class AsyncRedisStore(RedisWrites["AsyncClient"], AsyncStore):
     # -- driving the shared steps -------------------------------------------------------------
 
     async def _do(self, steps: RedisSteps[T]) -> T:
+        """Run ``steps`` once the gate admits it. Admission comes before the steps start, so
+        a burst of operations (a thousand conversations' first turns ready at once) does the
+        work of only as many as there are connections in one loop iteration; the rest wait
+        their turn, first come first served (an ``asyncio.Semaphore`` queues fairly;
+        redis-py's blocking pool does not: a waiter it wakes loses the connection to any
+        command that asks first and goes back to the end of the queue, and under load some
+        waited past its 20 s timeout while others went through)."""
         self._follow_the_running_loop()
-        return await arun(steps, self.client, self)
+        gate, held = self._gate, _HELD_GATES.get()
+        if gate is None or gate in held:
+            return await arun(steps, self.client, self)
+        async with gate:
+            token = _HELD_GATES.set(held | {gate})
+            try:
+                return await arun(steps, self.client, self)
+            finally:
+                _HELD_GATES.reset(token)
 
     def _follow_the_running_loop(self) -> None:
         """A store used from one ``asyncio.run()`` and then another (a script, a test, a
@@ -132,6 +167,17 @@ class AsyncRedisStore(RedisWrites["AsyncClient"], AsyncStore):
                 )
             self.client = self._reopen()
         self._loop = loop
+        self._gate = self._new_gate()
+
+    def _new_gate(self) -> asyncio.Semaphore | None:
+        """One turn per connection of the client's blocking pool (a store from a URL has
+        one): the pool then never makes an operation wait, the gate does."""
+        from redis.asyncio import BlockingConnectionPool
+
+        pool = getattr(self.client, "connection_pool", None)  # a cluster client has none
+        if not isinstance(pool, BlockingConnectionPool):
+            return None
+        return asyncio.Semaphore(pool.max_connections)
 
     # -- the store protocol ------------------------------------------------------------------
 
@@ -208,6 +254,63 @@ class AsyncRedisStore(RedisWrites["AsyncClient"], AsyncStore):
 
     async def conversations(self) -> list[str]:
         return await self._do(self._conversations_steps())
+
+    async def fork(
+        self, conversation_id: str, new_conversation_id: str, at: int | None
+    ) -> Snapshot:
+        """:meth:`RedisStore.fork <chat_memory.backends.redis.RedisStore.fork>`."""
+        return await self._do(self._fork_steps(conversation_id, new_conversation_id, at))
+
+    async def dump(self, conversation_id: str) -> ConversationDump | None:
+        """:meth:`RedisStore.dump <chat_memory.backends.redis.RedisStore.dump>`."""
+        return await self._do(self._dump_steps(conversation_id))
+
+    async def restore(self, dump: ConversationDump) -> None:
+        """:meth:`RedisStore.restore <chat_memory.backends.redis.RedisStore.restore>`."""
+        await self._do(self._restore_steps(dump))
+
+    # -- the lifecycle (KeepsLifecycle's methods as coroutines; steps of redis_lifecycle) ---------
+
+    async def conversation_record(self, conversation_id: str) -> ConversationRecord | None:
+        cid = check_conversation_id(conversation_id)
+        return await self._do(self._conversation_record_steps(cid))
+
+    async def set_metadata(
+        self,
+        conversation_id: str,
+        title: str | None,
+        tags: Sequence[str] | None,
+        values: Mapping[str, Any],
+    ) -> ConversationRecord:
+        cid = check_conversation_id(conversation_id)
+        return await self._do(self._set_metadata_steps(cid, title, tags, values))
+
+    async def list_conversations(
+        self, scope: str, tag: str | None, offset: int, limit: int
+    ) -> list[ConversationRecord]:
+        return await self._do(self._list_conversations_steps(scope, tag, offset, limit))
+
+    async def idle_conversations(
+        self, scope: str | None, cutoff: datetime, limit: int
+    ) -> list[str]:
+        return await self._do(self._idle_conversations_steps(scope, cutoff, limit))
+
+    async def delete_idle(self, conversation_id: str, cutoff: datetime) -> ErasureCounts | None:
+        cid = check_conversation_id(conversation_id)
+        return await self._do(self._delete_idle_steps(cid, cutoff))
+
+    async def erase(self, conversation_id: str, guard_seconds: float) -> ErasureCounts:
+        cid = check_conversation_id(conversation_id)
+        return await self._do(self._erase_steps(cid, guard_seconds))
+
+    async def erase_scope(self, scope: str, limit: int, guard_seconds: float) -> ErasureCounts:
+        return await self._do(self._erase_scope_steps(scope, limit, guard_seconds))
+
+    async def erase_namespaces(self, scope: str, guard_seconds: float) -> ErasureCounts:
+        return await self._do(self._erase_namespaces_steps(scope, guard_seconds))
+
+    async def sweep_namespaces(self, scope: str | None, now: datetime) -> tuple[int, ErasureCounts]:
+        return await self._do(self._sweep_namespaces_steps(scope, now))
 
 
 __all__ = ["DEFAULT_MAX_CONNECTIONS", "AsyncRedisStore"]

@@ -31,6 +31,7 @@ from typing import Any, ClassVar, Generic, Literal, TypeVar
 from ..backoff import Backoff
 from ..errors import ConcurrencyError, ConfigurationError, InvalidInputError, StorageError
 from ..events import Event, EventType, Window
+from ..lifecycle.keys import is_scoped, scope_of_key, stored_key
 from ..search import MatchMode, SearchQuery, SearchResult, search_text
 from ..steps import Sleep
 from .base import COMPACTION_RECORDS_KEPT, CompactionPlan, Snapshot, check_conversation_id
@@ -60,6 +61,7 @@ URL_OPTIONS = (
     StoreOption("prefix"),
     StoreOption("max_archived_events", int, minimum=0, nullable=True),
     StoreOption("ttl_seconds", int, minimum=1, nullable=True),
+    StoreOption("ttl_ms", int, minimum=1, nullable=True),
 )
 _SUFFIXES = (
     "meta",
@@ -72,6 +74,7 @@ _SUFFIXES = (
     "ids",
     "calls",
     "retracted",
+    "timeline",
 )
 #: Items of the reply of ``window()`` (prelude.lua): version, last seq, error, summary, pinned,
 #: active, archive size, failed compactions; a script that returns more puts it after these.
@@ -100,7 +103,18 @@ SEARCH_RESTARTS = 3
 #: The scripts of ``redis_scripts/`` (besides ``prelude.lua``, which each of them but ``prune``
 #: starts with).
 ScriptName = Literal[
-    "append", "apply", "find", "history", "load", "prune", "record_error", "retract", "search"
+    "append",
+    "apply",
+    "dump",
+    "find",
+    "fork",
+    "history",
+    "load",
+    "prune",
+    "record_error",
+    "restore",
+    "retract",
+    "search",
 ]
 
 _UNLOCK = LuaScript(
@@ -157,6 +171,41 @@ def _id_prefix(event_id: str) -> str:
     return envelope_id_prefix(Event.user("").model_copy(update={"id": event_id}).to_json())
 
 
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:32]
+
+
+def conversation_base(prefix: str, cid: str) -> str:
+    """What every key of conversation ``cid`` starts with (its hash tag included)."""
+    if is_scoped(cid):
+        return f"{prefix}{{{_digest(scope_of_key(cid))}}}:{_digest(cid)}"
+    return f"{prefix}{{{_digest(cid)}}}"
+
+
+def scope_base(prefix: str, scope: str) -> str:
+    """What the lifecycle keys of a scope prefix start with (``""``: the unscoped ones, in the
+    registry's slot)."""
+    if scope:
+        return f"{prefix}{{{_digest(scope)}}}"
+    return f"{prefix}{{{prefix}conversations}}"
+
+
+def lifecycle_keys(prefix: str, cid: str, cluster: bool) -> list[str]:
+    """The lifecycle keys a per-conversation script gets after the conversation's own
+    (prelude.lua finds them by the role their names end with): on a cluster only those of the
+    conversation's slot."""
+    keys = [f"{conversation_base(prefix, cid)}:erasing"]
+    scope = scope_of_key(cid)
+    if scope:
+        base = scope_base(prefix, scope)
+        keys += [f"{base}:erasingscope", f"{base}:index"]
+    elif not cluster:
+        keys.append(f"{scope_base(prefix, '')}:index")
+    if not cluster:
+        keys.append(f"{scope_base(prefix, '')}:scopes")
+    return keys
+
+
 class StateMoved(Exception):
     """A conditional append found the conversation changed since the state the caller
     checked its batch on: nothing was written (the caller looks again and retries)."""
@@ -166,7 +215,8 @@ class RedisSansIO(ABC, Generic[ClientT]):
     """The I/O-free half of the Redis stores (see the module docstring), over a client of
     type ``ClientT``. ``prefix`` namespaces every key (no ``{`` or ``}``);
     ``max_archived_events`` caps the archive when a plan names no cap (None: unbounded);
-    ``ttl_seconds`` expires a whole conversation that long after its last write.
+    ``ttl_seconds`` expires a whole conversation that long after its last write (``ttl_ms``,
+    in milliseconds, wins over it: short retentions).
 
     A store holds its last window of each of the :data:`WINDOWS_KEPT` conversations it used
     last: a window read or an append whose held window is still current (the script compares
@@ -189,6 +239,7 @@ class RedisSansIO(ABC, Generic[ClientT]):
         prefix: str = DEFAULT_PREFIX,
         max_archived_events: int | None = DEFAULT_MAX_ARCHIVED_EVENTS,
         ttl_seconds: int | None = None,
+        ttl_ms: int | None = None,
         owns_client: bool = False,
     ) -> None:
         cluster = self._is_cluster(client)
@@ -205,6 +256,7 @@ class RedisSansIO(ABC, Generic[ClientT]):
             max_archived_events, name
         )
         self.ttl_seconds = declared["ttl_seconds"].parse(ttl_seconds, name)
+        self.ttl_ms = declared["ttl_ms"].parse(ttl_ms, name)
         self._owns_client = owns_client
         self._closed = False
         self._registry = f"{prefix}conversations"
@@ -222,10 +274,14 @@ class RedisSansIO(ABC, Generic[ClientT]):
         return f"{type(self).__name__}({kind}, prefix={self.prefix!r})"
 
     def _keys(self, cid: str) -> list[str]:
-        digest = hashlib.sha256(cid.encode("utf-8")).hexdigest()[:32]
-        keys = [f"{self.prefix}{{{digest}}}:{suffix}" for suffix in _SUFFIXES]
+        """The conversation's keys (``_SUFFIXES``), then the registry (a single server only)
+        and the lifecycle keys of its slot (:mod:`.redis_lifecycle`), which the prelude finds by
+        name: a scoped conversation lives in its scope's hash slot."""
+        base = conversation_base(self.prefix, cid)
+        keys = [f"{base}:{suffix}" for suffix in _SUFFIXES]
         # the registry lives in another slot: scripts may touch it only on a single server
-        return keys if self.cluster else [*keys, self._registry]
+        registry = [] if self.cluster else [self._registry]
+        return [*keys, *registry, *lifecycle_keys(self.prefix, cid, self.cluster)]
 
     @property
     def _layout_key(self) -> str:
@@ -233,7 +289,10 @@ class RedisSansIO(ABC, Generic[ClientT]):
 
     @property
     def _ttl(self) -> int:
-        return self.ttl_seconds or 0
+        """The TTL the scripts set, in milliseconds (0: none)."""
+        if self.ttl_ms is not None:
+            return int(self.ttl_ms)
+        return int(self.ttl_seconds or 0) * 1000
 
     # -- layout version ----------------------------------------------------------------------
 
@@ -491,7 +550,7 @@ class RedisSansIO(ABC, Generic[ClientT]):
             alive = yield Pipeline(
                 tuple(Command("exists", (self._keys(cid)[0],)) for cid in ids), transaction=False
             )
-            return [cid for cid, found in zip(ids, alive) if found]
+            return [stored_key(cid) for cid, found in zip(ids, alive) if found]
         live: list[str] = []
         for start in range(0, len(ids), 1000):
             chunk = ids[start : start + 1000]
@@ -499,7 +558,7 @@ class RedisSansIO(ABC, Generic[ClientT]):
             live += [
                 _text(cid) for cid in (yield from self._script_steps(lua("prune"), keys, chunk))
             ]
-        return sorted(live)
+        return [stored_key(cid) for cid in sorted(live)]
 
     def _compactions_steps(self, conversation_id: str) -> RedisSteps[list[dict[str, Any]]]:
         cid = check_conversation_id(conversation_id)
@@ -547,10 +606,20 @@ class RedisSansIO(ABC, Generic[ClientT]):
             args += plan
         found: list[Any] = yield from self._run_steps("append", cid, *args)
         if int(found[0]) < 0:
+            if int(found[0]) == -2:
+                raise ConcurrencyError(
+                    f"conversation {cid[:80]!r} is being erased (forget); writes that would "
+                    "create it again are refused until the erasure guard lapses"
+                )
             raise StateMoved(cid)
         if found[0] and self.cluster:
-            yield from command("sadd", self._registry, cid)
+            yield from self._created_steps(cid)
         return found, batch
+
+    def _created_steps(self, cid: str) -> RedisSteps[None]:
+        """After a write created ``cid`` on a cluster: what lives in other hash slots (the
+        registry; a lifecycle ability adds its indexes)."""
+        yield from command("sadd", self._registry, cid)
 
     def _append_steps(self, conversation_id: str, events: Sequence[Event]) -> RedisSteps[Snapshot]:
         cid = check_conversation_id(conversation_id)

@@ -20,6 +20,8 @@ from typing import Any
 
 from ..backends.failures import stored_data
 from ..backends.redis_io import REDIS_DRIVER_ERRORS
+from ..errors import ConcurrencyError
+from ..lifecycle.keys import guard_name, is_scoped, scope_of_key
 from .files import FileEntry, FileVersion, MemoryFiles, StoredFile, size_of
 
 _COMMIT = """
@@ -126,6 +128,7 @@ class RedisFiles(MemoryFiles):
     """One namespace on the server of a :class:`~chat_memory.backends.redis.RedisStore`."""
 
     driver_errors = REDIS_DRIVER_ERRORS
+    keeps_retention = True
 
     def __init__(self, store: Any, namespace: str, **options: Any) -> None:
         super().__init__(namespace, **options)
@@ -169,6 +172,22 @@ class RedisFiles(MemoryFiles):
         ):  # 0: a lost race, -1: over a limit now
             return False
         self.client.sadd(self._registry, self.namespace)
+        retentions = namespace_retention(self.store.prefix)
+        if self.retention_seconds is not None:
+            written = datetime.now(timezone.utc).timestamp()
+            self.client.hset(retentions, self.namespace, f"{self.retention_seconds}:{written}")
+        else:
+            self.client.hdel(retentions, self.namespace)
+        if is_scoped(self.namespace) and self.client.exists(
+            namespace_guard(self.store.prefix, scope_of_key(self.namespace))
+        ):
+            # checked after the registry knows the namespace: either the erasure's listing saw
+            # it, or this sees the guard the erasure set before that listing
+            self._drop()
+            raise ConcurrencyError(
+                f"long-term namespace {self.namespace[:80]!r} is being erased (forget); "
+                "commits to it are refused until the erasure guard lapses"
+            )
         return True
 
     def stored_bytes(self) -> tuple[int, int]:
@@ -190,11 +209,33 @@ class RedisFiles(MemoryFiles):
     def _drop(self) -> None:
         self.client.delete(*self._keys)
         self.client.srem(self._registry, self.namespace)
+        self.client.hdel(namespace_retention(self.store.prefix), self.namespace)
 
     def namespaces(self) -> list[str]:
         """Every namespace holding files."""
         names = sorted(_text(n) for n in self.client.smembers(self._registry))
         return [n for n in names if self.client.exists(_keys(self.store.prefix, n)[0])]
+
+
+def namespace_registry(prefix: str) -> str:
+    """The set of every namespace name holding files."""
+    return f"{prefix}ltm:namespaces"
+
+
+def namespace_retention(prefix: str) -> str:
+    """The hash namespace -> ``"<retention seconds>:<last commit, epoch seconds>"`` of the
+    namespaces with a retention (what ``memory.sweep()`` reads)."""
+    return f"{prefix}ltm:retention"
+
+
+def namespace_guard(prefix: str, scope: str) -> str:
+    """The erasure guard of a scope's namespaces (named by a digest: no user id)."""
+    return f"{prefix}ltm:guard:{guard_name(scope)}"
+
+
+def namespace_keys(prefix: str, namespace: str) -> list[str]:
+    """Every key of one namespace (one hash slot)."""
+    return _keys(prefix, namespace)
 
 
 def _keys(prefix: str, namespace: str) -> list[str]:

@@ -51,6 +51,10 @@ local owner = redis.call('HGET', meta, 'cid')
 if owner and owner ~= cid then
   return redis.error_reply('chat-memory: two conversation ids share one key digest')
 end
+-- an erasure under way refuses what would create the conversation again (reply {-2})
+if not owner and guarded() then
+  return {-2}
+end
 
 local state = redis.call('HMGET', meta, 'last_seq', 'indexed', 'version', 'calls_indexed', 'epoch')
 local last = tonumber(state[1] or '0')
@@ -278,8 +282,8 @@ end
 redis.call('HINCRBY', meta, 'version', 1)
 redis.call('ZADD', recent, last, token)
 redis.call('ZREMRANGEBYRANK', recent, 0, -17)
-if KEYS[CONVERSATION_KEYS + 1] then
-  redis.call('SADD', KEYS[CONVERSATION_KEYS + 1], cid)
+if registry then
+  redis.call('SADD', registry, cid)
 end
 refresh_ttl(ttl)
 return compacted(answer(owner and 0 or 1))

@@ -1,6 +1,6 @@
 -- Shared head of every per-conversation script (the Python side prepends it).
--- KEYS: meta, pinned, active, archive, texts, recent, compactions, ids, calls, retracted
--- [, registry]; all but
+-- KEYS: meta, pinned, active, archive, texts, recent, compactions, ids, calls, retracted,
+-- timeline [, registry]; all but
 -- the registry share one hash slot. Elements of pinned/active/archive and meta.summary are
 -- "<seq>:<envelope>".
 -- ids maps the id prefix ('{"id":"…"') of each pinned and active event to its seq: derived data,
@@ -11,8 +11,11 @@
 -- behind by an older chat-memory (which does not keep the index) is ignored.
 local meta, pinned, active, archive, texts, recent = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6]
 local compactions, ids, calls, retracted = KEYS[7], KEYS[8], KEYS[9], KEYS[10]
-local CONVERSATION_KEYS = 10
-local KEY_TYPES = {'hash', 'list', 'list', 'zset', 'hash', 'zset', 'list', 'hash', 'hash', 'zset'}
+-- timeline: the JSON entries a fork rebuilds a past window from (chat_memory.backends.timeline),
+-- RPUSHed by every compaction, retraction and archive-cap deletion of a pin; never trimmed
+local timeline = KEYS[11]
+local CONVERSATION_KEYS = 11
+local KEY_TYPES = {'hash', 'list', 'list', 'zset', 'hash', 'zset', 'list', 'hash', 'hash', 'zset', 'list'}
 -- Arguments per command: Lua's unpack fails past about 8,000 values, so no command gets an
 -- unbounded list (a 100,000-event append is 100 RPUSH of 1,000, not one).
 local CHUNK = 1000
@@ -55,11 +58,66 @@ local function window_unless(epoch, version)
   return result
 end
 
--- Every write keeps the whole conversation alive for another ttl seconds (0: no expiry).
-local function refresh_ttl(ttl)
+-- The lifecycle keys a store passes after the conversation's own (chat_memory.backends.
+-- redis_lifecycle), found by the role their name ends with, so their number and order may vary:
+-- the registry (a single server only), the erasure guards of the conversation and of its scope,
+-- the scope's index (sorted set: the conversation's key base -> last active, microseconds) and
+-- the set of scope indexes (a single server only). An absent one is another slot's: the
+-- Python side does that part.
+local registry, guard, scope_guard, scope_index, scopes
+for i = CONVERSATION_KEYS + 1, #KEYS do
+  local role = string.match(KEYS[i], ':([%a]+)$')
+  if role == 'conversations' then registry = KEYS[i]
+  elseif role == 'erasing' then guard = KEYS[i]
+  elseif role == 'erasingscope' then scope_guard = KEYS[i]
+  elseif role == 'index' then scope_index = KEYS[i]
+  elseif role == 'scopes' then scopes = KEYS[i]
+  end
+end
+
+-- Whether an erasure of this conversation or of its scope is under way (a live guard): a write
+-- that would create the conversation is then refused.
+local function guarded()
+  return (guard and redis.call('EXISTS', guard) == 1) or (scope_guard and redis.call('EXISTS', scope_guard) == 1)
+end
+
+-- Every write stamps the conversation's last activity (and its creation, once) in
+-- microseconds of the server's clock, moves it to the front of its scope's index, and keeps the
+-- whole conversation (its index and tag sets with it) alive for another ttl milliseconds (0:
+-- no expiry), all in the writing script. ``at`` (a restore: the activity the dump carries, in
+-- meta.active already) keeps that time instead of now and indexes the meta's tags too.
+local function refresh_ttl(ttl, at)
+  local now = tonumber(at or '')
+  if not now then
+    local clock = redis.call('TIME')
+    now = tonumber(clock[1]) * 1000000 + tonumber(clock[2])
+    redis.call('HSET', meta, 'active', now)
+  end
+  redis.call('HSETNX', meta, 'created', now)
   if ttl > 0 then
     for i = 1, CONVERSATION_KEYS do
-      redis.call('EXPIRE', KEYS[i], ttl)
+      redis.call('PEXPIRE', KEYS[i], ttl)
+    end
+  end
+  if scope_index then
+    local base = string.sub(meta, 1, -6)
+    redis.call('ZADD', scope_index, now, base)
+    if scopes then
+      redis.call('SADD', scopes, scope_index)
+    end
+    if at then
+      for _, tag in ipairs(cjson.decode(redis.call('HGET', meta, 'tags') or '[]')) do
+        redis.call('SADD', string.sub(scope_index, 1, -6) .. 'tag:' .. redis.sha1hex(tag), base)
+      end
+    end
+    if ttl > 0 then
+      redis.call('PEXPIRE', scope_index, ttl)
+      local ok, tags = pcall(cjson.decode, redis.call('HGET', meta, 'tags') or '[]')
+      if ok and type(tags) == 'table' then
+        for _, tag in ipairs(tags) do
+          redis.call('PEXPIRE', string.sub(scope_index, 1, -6) .. 'tag:' .. redis.sha1hex(tag), ttl)
+        end
+      end
     end
   end
 end
@@ -197,12 +255,97 @@ local function rebuild_calls(last)
   redis.call('HSET', meta, 'calls_indexed', last)
 end
 
+-- The type field of an element or envelope ('user', 'system', …): the first ',"type":"' is the
+-- envelope's own (the id before it is a JSON string, in which ',"' cannot occur).
+local function type_of(element)
+  local at = string.find(element, ',"type":"', 1, true)
+  return at and string.match(element, '^([^"]*)"', at + 9) or nil
+end
+
+-- The pin key of a system event's element (chat_memory.pins.pin_key: metadata.key when a
+-- non-empty string, else 'system').
+local function pin_key_of(element)
+  local ok, event = pcall(cjson.decode, string.sub(element, #tostring(seq_of(element)) + 2))
+  local key = ok and type(event) == 'table' and type(event.metadata) == 'table' and event.metadata.key
+  if type(key) ~= 'string' or key == '' then
+    return 'system'
+  end
+  return key
+end
+
+-- Whether nothing of the conversation was ever compacted, retracted or dropped by the archive
+-- cap: no summary, record or retracted event, every event stored still, and only superseded
+-- pins in the archive. Such a past needs no timeline entry to be rebuilt.
+local function untouched()
+  if redis.call('HEXISTS', meta, 'summary') == 1 or redis.call('LLEN', compactions) > 0 then
+    return false
+  end
+  if redis.call('ZCARD', retracted) > 0 then
+    return false
+  end
+  local stored = redis.call('LLEN', pinned) + redis.call('LLEN', active) + redis.call('ZCARD', archive)
+  if stored ~= tonumber(redis.call('HGET', meta, 'last_seq') or '0') then
+    return false
+  end
+  for _, element in ipairs(redis.call('ZRANGE', archive, 0, -1)) do
+    if type_of(element) ~= 'system' then
+      return false
+    end
+  end
+  return true
+end
+
+-- Where the timeline starts, and the entries it lacks, for a conversation whose timeline has
+-- not begun (meta.timeline_from unset): stored before timelines were kept, or never compacted
+-- nor retracted yet. Untouched: 0 and none (its whole past rebuilds from its events). Else its
+-- last seq and the entries that make the state then exact (state_at): a compaction archiving
+-- every real event before the first active one, with the summary in force, and a retraction
+-- of the events retracted so far; an earlier seq cannot be rebuilt (a fork there is refused).
+local function timeline_start()
+  if untouched() then
+    return 0, {}
+  end
+  local last = tonumber(redis.call('HGET', meta, 'last_seq') or '0')
+  local first_active = redis.call('LINDEX', active, 0)
+  local through = first_active and seq_of(first_active) - 1 or last
+  local summary = redis.call('HGET', meta, 'summary')
+  local entries = {string.format('{"kind":"compaction","head":%d,"through":%d,"summary":%s}', last, through, summary and tostring(seq_of(summary)) or 'null')}
+  local seqs = {}
+  for _, element in ipairs(redis.call('ZRANGE', retracted, 0, -1)) do
+    seqs[#seqs + 1] = seq_of(element)
+  end
+  if #seqs > 0 then
+    entries[2] = string.format('{"kind":"retraction","head":%d,"seqs":[%s]}', last, table.concat(seqs, ','))
+  end
+  return last, entries
+end
+
+-- The last seq the timeline is complete from, and the entries it lacks (see timeline_start).
+local function timeline_from()
+  local known = redis.call('HGET', meta, 'timeline_from')
+  if known then
+    return tonumber(known), {}
+  end
+  return timeline_start()
+end
+
+-- Before the first timeline entry of a conversation is written (and before the change it
+-- records): fix where its timeline starts, with the entries it lacks.
+local function timeline_begins()
+  if redis.call('HEXISTS', meta, 'timeline_from') == 0 then
+    local from, entries = timeline_start()
+    chunked('RPUSH', timeline, entries)
+    redis.call('HSET', meta, 'timeline_from', from)
+  end
+end
+
 -- Apply a compaction plan whose version the caller has checked (apply.lua, or an append that
 -- compacts in the same script): active events through seq ``through`` move to the archive, the
 -- summary envelope ('' for none) replaces the current one, the archive is trimmed to ``cap``
 -- ('' for none), the record JSON ('' for none) joins the newest ``records_kept``; the version
 -- is bumped and the recorded error cleared. Returns the new summary's seq, or 0.
 local function apply_plan(through, summary, cap, record, records_kept)
+  timeline_begins()
   -- archived events leave the id index (it covers the window only), in bounded HDELs
   local gone = {}
   while true do
@@ -244,6 +387,10 @@ local function apply_plan(through, summary, cap, record, records_kept)
           gone_calls[field] = gone_calls[field] or {}
           table.insert(gone_calls[field], seqs[i])
         end
+        if type_of(dropped[i]) == 'system' then
+          -- a superseded pin deleted: a fork of a window that showed it must be refused
+          redis.call('RPUSH', timeline, string.format('{"kind":"dropped_pin","seq":%d,"key":%s}', seqs[i], cjson.encode(pin_key_of(dropped[i]))))
+        end
       end
       chunked('HDEL', texts, seqs)
       calls_update(gone_calls, true)
@@ -256,5 +403,7 @@ local function apply_plan(through, summary, cap, record, records_kept)
   end
   redis.call('HINCRBY', meta, 'version', 1)
   redis.call('HDEL', meta, 'error', 'failures')
+  local head = tonumber(redis.call('HGET', meta, 'last_seq') or '0')
+  redis.call('RPUSH', timeline, string.format('{"kind":"compaction","head":%d,"through":%d,"summary":%s}', head, through, summary_seq ~= 0 and tostring(summary_seq) or 'null'))
   return summary_seq
 end

@@ -35,12 +35,6 @@ for i = 2, #ARGV do
 end
 local found_ids, missing = {}, #wanted_list
 
--- The type field of an element ('user', 'system', …).
-local function type_of(element)
-  local at = string.find(element, ',"type":"', 1, true)
-  return at and string.match(element, '^([^"]*)"', at + 9) or nil
-end
-
 local function refuse(element)
   return {0, id_of(element), type_of(element) or '', seq_of(element)}
 end
@@ -154,6 +148,7 @@ end
 table.sort(seqs)
 
 -- The writes: nothing below can fail on data checked above.
+timeline_begins()
 local elements, flags, scored, gone_archive, gone_ids, gone_calls = {}, {}, {}, {}, {}, {}
 for _, seq in ipairs(seqs) do
   local element, flag = chosen[seq][1], chosen[seq][2]
@@ -204,5 +199,6 @@ end
 chunked('HDEL', ids, unindexed)
 calls_update(gone_calls, true)
 redis.call('HINCRBY', meta, 'version', 1)
+redis.call('RPUSH', timeline, string.format('{"kind":"retraction","head":%d,"seqs":[%s]}', last, table.concat(seqs, ',')))
 refresh_ttl(ttl)
 return {1, elements, flags}
