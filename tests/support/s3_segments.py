@@ -36,9 +36,11 @@ def object_keys(store: S3Store) -> set[str]:
 
 
 def referenced(store: S3Store, cid: str) -> set[str]:
-    """The segment objects the conversation's head lists (archive, window and retracted)."""
+    """The segment objects the conversation's head lists (archive, window, retracted and
+    fork timeline segments)."""
     head = store._read_head(cid)[0]
+    folder = store.layout.segments(cid, head.generation)
     return {
         store.layout.segment_key(head, ref)
         for ref in (*head.segments, *head.window, *head.retracted)
-    }
+    } | {folder + ref.name for ref in head.timeline.segments}

@@ -9,13 +9,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
-from typing import ClassVar
+from typing import Any, ClassVar
 
-from ...events import Event
+from ...events import Event, EventType
+from ...pins import pin_key
 from ..base import CompactionPlan
 from ..bookkeeping import archived_copy
+from ..timeline import compaction_entry
 from .layout import Head, SegmentRef, bloom_of, chunks, merge_start, segment_name, trim
 from .objects import ConversationObjects, SegmentGone
+from .timeline import HeadTimeline, dropped_pin
 
 
 class Compacting(ConversationObjects):
@@ -40,6 +43,7 @@ class Compacting(ConversationObjects):
         cap = self.archive_cap(plan)
         through = plan.archive_through_seq
         written: list[str] = []
+        stale: list[str] = []  # a timeline segment the new head replaces
         try:
             parts = self._read_window_parts(head) if window is None else window
         except SegmentGone:
@@ -67,7 +71,11 @@ class Compacting(ConversationObjects):
             summary = plan.summary.model_copy(update={"seq": last_seq, "archived": False})
         version = head.version + 1
         try:
-            segments, retired = self._rearchive(head, batch, cap, version, written)
+            segments, retired, (timeline, entries) = self._rearchive(
+                head, batch, cap, version, written
+            )
+            in_force = summary.seq if plan.summary is not None and summary is not None else None
+            entries.append(compaction_entry(last_seq, through, in_force))
             updated = head.evolve(
                 version=version,
                 last_seq=last_seq,
@@ -81,7 +89,9 @@ class Compacting(ConversationObjects):
                 compactions=(*head.compactions, plan.record)[-self.compaction_records_kept :]
                 if plan.record
                 else head.compactions,
+                timeline=timeline,
             )
+            updated = self._recorded(updated, entries, version, written, stale)
             updated = self._sealed(updated, written)
         except SegmentGone:
             # a segment to rewrite was retired by a compaction that won meanwhile
@@ -96,16 +106,22 @@ class Compacting(ConversationObjects):
             self._delete_quietly(written)
             return None
         self._delete_quietly(
-            [self.layout.segment_key(head, ref) for ref in (*retired, *retired_window)]
+            [self.layout.segment_key(head, ref) for ref in (*retired, *retired_window)] + stale
         )
         return True
 
     def _rearchive(
-        self, head: Head, batch: list[Event], cap: int | None, version: int, written: list[str]
-    ) -> tuple[list[SegmentRef], list[SegmentRef]]:
+        self,
+        head: Head,
+        batch: list[Event],
+        cap: int | None,
+        version: int,
+        written: list[str],
+    ) -> tuple[list[SegmentRef], list[SegmentRef], tuple[HeadTimeline, list[dict[str, Any]]]]:
         """The new manifest after archiving ``batch`` and applying the cap, writing the new
         segments (their keys are added to ``written`` as they are stored). Returns (manifest,
-        segments no longer referenced)."""
+        segments no longer referenced, (the timeline with the archived pins still filed, a
+        ``dropped_pin`` entry per pin the cap deleted))."""
         kept: list[SegmentRef] = list(head.segments)
         merged: list[Event] = []
         retired: list[SegmentRef] = []
@@ -120,8 +136,10 @@ class Compacting(ConversationObjects):
                 key=lambda e: e.seq or 0,
             )
             retired += rewritten
+        before, filed = list(kept), merged
         kept, dropped, merged = trim(kept, merged, cap)
         retired += dropped
+        pins = self._pins_after_cap(head, before, kept, dropped, filed, len(merged))
         for chunk in chunks(merged, self.segment_events):
             first, last = chunk[0].seq or 0, chunk[-1].seq or 0
             name = segment_name(first, last, version)
@@ -136,4 +154,35 @@ class Compacting(ConversationObjects):
             self._write_segment(key, chunk)
             written.append(key)
             kept.append(ref)
-        return kept, retired
+        return kept, retired, pins
+
+    def _pins_after_cap(
+        self,
+        head: Head,
+        before: list[SegmentRef],
+        kept: list[SegmentRef],
+        dropped: list[SegmentRef],
+        filed: list[Event],
+        still_filed: int,
+    ) -> tuple[HeadTimeline, list[dict[str, Any]]]:
+        """The archived pins (seq, pin key) the archive holds after the cap, and a
+        ``dropped_pin`` entry per pin it deleted: found by the seq ranges of the segments it
+        dropped, the first events of the one it skipped into (read only when a pin is in its
+        range) and the front it cut off the events being filed (``filed``, of which the last
+        ``still_filed`` are written)."""
+        pins = set(head.timeline.pins)
+        pins.update((e.seq or 0, pin_key(e)) for e in filed if e.type is EventType.SYSTEM)
+        cut_off = filed[: len(filed) - still_filed]
+        gone = {(e.seq or 0, pin_key(e)) for e in cut_off if e.type is EventType.SYSTEM}
+        for ref in dropped:
+            gone.update(p for p in pins if ref.first_seq <= p[0] <= ref.last_seq)
+        skips = {ref.name: ref.skip for ref in before}
+        for ref in kept:
+            was = skips.get(ref.name)
+            inside = [p for p in pins if ref.first_seq <= p[0] <= ref.last_seq]
+            if was is not None and ref.skip > was and inside:
+                segment = self._read_segments(head, [ref])[0]
+                cut = {raw["seq"] for raw in segment.events[was : ref.skip]}
+                gone.update(p for p in inside if p[0] in cut)
+        entries = [dropped_pin(seq, key) for seq, key in sorted(pins & gone)]
+        return head.timeline.with_pins(pins - gone), entries

@@ -50,6 +50,7 @@ from ...search import search_text
 from ..base import Snapshot
 from ..failures import stored_data
 from ..migrations import Migration, StoredFormat
+from .timeline import HeadTimeline, legacy_start
 
 
 def _add_window(doc: dict[str, Any]) -> dict[str, Any]:
@@ -305,6 +306,8 @@ class Head:
     #: UTC, stamped by every head write), ``title``, ``tags`` and free ``values``; an optional
     #: ``meta`` key in every format (older chat-memory ignores it)
     meta: Mapping[str, Any] = field(default_factory=dict, compare=False)
+    #: the fork timeline (:mod:`.timeline`): an optional ``timeline`` key in every format
+    timeline: HeadTimeline = field(default_factory=HeadTimeline, compare=False)
 
     @classmethod
     def new(cls, conversation_id: str) -> Head:
@@ -356,6 +359,7 @@ class Head:
         }
         if self.meta:
             doc["meta"] = dict(self.meta)
+        doc["timeline"] = self.timeline.to_json()
         if self.compaction_failures:
             # an optional key in every format: read as 0 when missing; older code ignores it
             doc["compaction_failures"] = self.compaction_failures
@@ -389,7 +393,18 @@ class Head:
                 unpinned=tuple(Event.model_validate(e) for e in doc.get("unpinned", ())),
                 compactions=tuple(doc.get("compactions", ())),
                 meta=doc.get("meta") or {},
+                timeline=_timeline(doc, where),
             )
+
+
+def _timeline(doc: dict[str, Any], where: str) -> HeadTimeline:
+    """The head's timeline; for a head written without one, where it starts (:func:`legacy_start`)."""
+    if "timeline" in doc:
+        return HeadTimeline.from_json(doc["timeline"], where)
+    live_window = sum(ref[3] - ref[4] for ref in doc["window"])
+    held = len(doc["pinned"]) + live_window + len(doc["active"])
+    archived = bool(doc["archive"] or doc.get("unpinned") or doc["summary"] or doc["retracted"])
+    return HeadTimeline(start=legacy_start(doc["last_seq"], held, archived))
 
 
 def _count(value: Any, where: str) -> int:

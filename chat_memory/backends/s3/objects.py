@@ -15,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, TypeVar
 
@@ -37,6 +38,14 @@ from .layout import (
     chunks,
     id_key,
     window_segment_name,
+)
+from .timeline import (
+    INLINE_ENTRIES,
+    SEGMENT_ENTRIES,
+    TimelineRef,
+    decode_entries,
+    encode_entries,
+    timeline_segment_name,
 )
 
 T = TypeVar("T")
@@ -89,8 +98,9 @@ class ConversationObjects:
         self._heads.put(cid, head, response.get("ETag"))
         return head, response["ETag"]
 
-    def _write_head(self, head: Head, etag: str | None) -> bool:
+    def _write_head(self, head: Head, etag: str | None, stamp: bool = True) -> bool:
         """Conditionally store the head; False when another writer changed (or deleted) it.
+        ``stamp``: set ``last_active_at`` (a restore keeps the dump's).
 
         Each write adds its own id to the head's ``writes``: when botocore retried the PUT
         (a 5xx or a dropped connection after the server had stored it), the retry's 412 is
@@ -98,7 +108,8 @@ class ConversationObjects:
         the caller neither appends its events twice nor deletes segments the head uses."""
         write_id = uuid.uuid4().hex[:16]
         head = head.evolve(
-            writes=(*head.writes, write_id)[-RECENT_WRITES:], meta=stamped(head.meta)
+            writes=(*head.writes, write_id)[-RECENT_WRITES:],
+            meta=stamped(head.meta) if stamp else head.meta,
         )
         condition = {"IfMatch": etag} if etag is not None else {"IfNoneMatch": "*"}
         cid = head.conversation_id
@@ -291,6 +302,65 @@ class ConversationObjects:
             return True
         self._delete_quietly(written)
         return False
+
+    def _recorded(
+        self,
+        head: Head,
+        entries: Sequence[dict[str, Any]],
+        version: int,
+        written: list[str],
+        stale: list[str],
+    ) -> Head:
+        """``head`` with timeline ``entries`` added (for the caller's head write to store:
+        the entry and the change it records are one conditional write). Past
+        :data:`~.timeline.INLINE_ENTRIES` inline entries they are spilled first: appended to
+        the last timeline segment while it holds fewer than
+        :data:`~.timeline.SEGMENT_ENTRIES` (rewritten as a new object), else to a new one, so
+        a long timeline is a few objects. The new key is added to ``written`` (for the caller
+        to delete if its head write loses), the replaced one to ``stale`` (to delete if it wins).
+        Raises :class:`SegmentGone` for a stale head."""
+        timeline = head.timeline
+        inline = [*timeline.entries, *entries]
+        if len(inline) <= INLINE_ENTRIES:
+            return head.evolve(timeline=replace(timeline, entries=tuple(inline)))
+        folder = self.layout.segments(head.conversation_id, head.generation)
+        refs = list(timeline.segments)
+        first = timeline.spilled
+        if refs and refs[-1].last - refs[-1].first + 1 < SEGMENT_ENTRIES:
+            joined = refs.pop()
+            inline = self._timeline_segment(folder, joined) + inline
+            first = joined.first
+            stale.append(folder + joined.name)
+        last = first + len(inline) - 1
+        ref = TimelineRef(timeline_segment_name(first, last, version), first, last)
+        written.append(folder + ref.name)
+        self.client.put_object(
+            Bucket=self.bucket,
+            Key=folder + ref.name,
+            Body=encode_entries(inline),
+            ContentType="application/gzip",
+            IfNoneMatch="*",
+        )
+        return head.evolve(timeline=replace(timeline, entries=(), segments=(*refs, ref)))
+
+    def _timeline_segment(self, folder: str, ref: TimelineRef) -> list[dict[str, Any]]:
+        """The entries of one timeline segment (raises :class:`SegmentGone` when it is gone)."""
+        try:
+            body = self.client.get_object(Bucket=self.bucket, Key=folder + ref.name)
+        except Exception as exc:
+            if is_missing(exc):
+                raise SegmentGone(folder + ref.name) from exc
+            raise
+        where = f"S3 timeline segment {folder + ref.name!r}"
+        with stored_data(where):
+            return decode_entries(body["Body"].read(), where)
+
+    def _timeline_entries(self, head: Head) -> list[dict[str, Any]]:
+        """Every timeline entry of ``head``, oldest first: its segments' (read), then its
+        inline ones. Raises :class:`SegmentGone` for a stale head."""
+        folder = self.layout.segments(head.conversation_id, head.generation)
+        entries = [e for ref in head.timeline.segments for e in self._timeline_segment(folder, ref)]
+        return [*entries, *head.timeline.entries]
 
     def _read_head_by_key(self, key: str) -> str | None:
         try:

@@ -19,6 +19,7 @@ from collections.abc import Callable, Collection, Sequence
 
 from ...events import Event
 from ..bookkeeping import retracted_copy, retraction_targets
+from ..timeline import retraction_entry
 from .layout import (
     Head,
     Segment,
@@ -132,6 +133,7 @@ class Retracting(ConversationObjects):
         version = head.version + 1
         written: list[str] = []
         retired: list[SegmentRef] = []
+        stale: list[str] = []  # a timeline segment the new head replaces
         try:
             window = self._without(
                 head, head.window, seqs, segments, retired, written, version, archive=False
@@ -141,21 +143,24 @@ class Retracting(ConversationObjects):
             )
             taken = [retracted_copy(e) for e in targets]
             kept_retracted = self._file_retracted(head, taken, retired, written, version)
+            updated = head.evolve(
+                version=version,
+                active=tuple(e for e in head.active if e.seq not in seqs),
+                window=tuple(window),
+                segments=tuple(archive),
+                retracted=tuple(kept_retracted),
+            )
+            # the fork timeline's entry rides in the same conditional head write
+            entry = retraction_entry(head.last_seq, (e.seq or 0 for e in targets))
+            updated = self._recorded(updated, [entry], version, written, stale)
         except BaseException:
             self._delete_quietly(written)
             raise
-        updated = head.evolve(
-            version=version,
-            active=tuple(e for e in head.active if e.seq not in seqs),
-            window=tuple(window),
-            segments=tuple(archive),
-            retracted=tuple(kept_retracted),
-        )
         # no cleanup when this raises: the head may have been stored, and with it the segments
         if not self._write_head(updated, etag):
             self._delete_quietly(written)
             return None
-        self._delete_quietly([self.layout.segment_key(head, ref) for ref in retired])
+        self._delete_quietly([self.layout.segment_key(head, ref) for ref in retired] + stale)
         return taken
 
     def _without(

@@ -35,6 +35,7 @@ from .layout import TAIL_EVENTS, Head, Layout, Segment, conversation_id_of, norm
 from .lifecycle import S3Lifecycle
 from .objects import SegmentGone
 from .retraction import Retracting
+from .transfer import S3Transfer
 
 #: Options that configure the boto3 client rather than the store.
 _CLIENT_OPTIONS = ("endpoint_url", "region_name", "addressing_style", "max_attempts")
@@ -46,6 +47,7 @@ class S3Store(
     Compacting,
     Retracting,
     S3Lifecycle,
+    S3Transfer,
     CompactsWhileAppending,
     AppendsWithoutWindow,
     Retracts,
