@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, TypeVar
 
 import sqlalchemy as sa
 
 from ..backends.sql.connections import SQL_DRIVER_ERRORS
+from ..backends.sql.schema import scope_key
 from ..backends.sql.store import SQLStore
+from ..lifecycle.keys import scope_of_key
 from .budget import live_limits_hold, versions_to_keep
 from .files import FileEntry, FileVersion, MemoryFiles, StoredFile, size_of
 from .paths import placement_holds
@@ -32,6 +34,8 @@ class SQLFiles(MemoryFiles):
     """One namespace in the tables of a :class:`~chat_memory.backends.sql.SQLStore`."""
 
     driver_errors = SQL_DRIVER_ERRORS
+    #: ``expires_at`` on the namespace row (schema version 7): what ``memory.sweep()`` reads
+    keeps_retention = True
 
     def __init__(self, store: SQLStore, namespace: str, **options: Any) -> None:
         super().__init__(namespace, **options)
@@ -80,6 +84,8 @@ class SQLFiles(MemoryFiles):
         def commit() -> bool:
             now = datetime.now(timezone.utc)
             with self.store._tx.write() as connection:
+                # a scoped namespace being erased (forget) refuses the commit
+                self.store.ops.life.admit_namespace(connection, self.namespace, now)
                 by_key = n.c.namespace_key == self._ns_key
                 revision = connection.execute(
                     sa.select(n.c.revision).where(by_key).with_for_update()
@@ -91,6 +97,7 @@ class SQLFiles(MemoryFiles):
                             namespace=self.namespace,
                             revision=0,
                             updated_at=now,
+                            scope_key=_scope_key_of(self.namespace),
                         )
                     )
                     revision = 0
@@ -144,8 +151,16 @@ class SQLFiles(MemoryFiles):
                             created_at=now,
                         )
                     )
+                # the retention of the namespace's last writer, from its last write
+                expires = (
+                    None
+                    if self.retention_seconds is None
+                    else now + timedelta(seconds=self.retention_seconds)
+                )
                 connection.execute(
-                    n.update().where(by_key).values(revision=revision, updated_at=now)
+                    n.update()
+                    .where(by_key)
+                    .values(revision=revision, updated_at=now, expires_at=expires)
                 )
                 self._trim(connection, len(writes))
             return True
@@ -233,6 +248,12 @@ class SQLFiles(MemoryFiles):
                 return list(connection.execute(query).scalars())
 
         return self._run(read, "listing memory namespaces")
+
+
+def _scope_key_of(namespace: str) -> str | None:
+    """The ``scope_key`` of a namespace's row: its scope's, None for a bare namespace."""
+    scope = scope_of_key(namespace)
+    return scope_key(scope) if scope else None
 
 
 def _utc(value: datetime) -> datetime:

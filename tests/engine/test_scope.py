@@ -5,6 +5,7 @@ chat_memory/testing/lifecycle_conformance.py (run by tests/stores/test_lifecycle
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -16,9 +17,11 @@ from chat_memory.backends.base import (
     CompactsWhileAppending,
     KeepsLifecycle,
     Retracts,
+    Store,
     check_conversation_id,
 )
 from chat_memory.backends.in_memory import InMemoryStore
+from chat_memory.backends.sql import SQLStore
 from chat_memory.lifecycle import (
     SCOPE_PREFIX,
     Scope,
@@ -88,8 +91,51 @@ def test_the_scoped_view_has_the_abilities_of_its_store():
         ChatMemory(InMemoryStore()).for_user("u").for_user("v")
 
 
-def test_a_scoped_memory_works_on_a_store_without_the_lifecycle_ability(sqlite_store):
-    memory = ChatMemory(sqlite_store, {"compaction_strategy": "turn_window", "max_turns": 1})
+class WithoutLifecycle(Store):
+    """A SQL store seen through the store protocol alone (no KeepsLifecycle ability)."""
+
+    def __init__(self, inner: SQLStore) -> None:
+        self.inner = inner
+
+    @classmethod
+    def from_url(cls, url: str, **options: Any) -> WithoutLifecycle:
+        return cls(SQLStore.from_url(url, **options))
+
+    def load(self, conversation_id: str) -> Any:
+        return self.inner.load(conversation_id)
+
+    def append(self, conversation_id: str, events: Any) -> Any:
+        return self.inner.append(conversation_id, events)
+
+    def apply(self, conversation_id: str, plan: Any) -> bool:
+        return self.inner.apply(conversation_id, plan)
+
+    def history(self, conversation_id: str) -> Any:
+        return self.inner.history(conversation_id)
+
+    def search(self, conversation_id: str, query: Any) -> Any:
+        return self.inner.search(conversation_id, query)
+
+    def record_compaction_error(self, conversation_id: str, message: str | None) -> None:
+        self.inner.record_compaction_error(conversation_id, message)
+
+    def compactions(self, conversation_id: str) -> Any:
+        return self.inner.compactions(conversation_id)
+
+    def clear(self, conversation_id: str) -> None:
+        self.inner.clear(conversation_id)
+
+    def conversations(self) -> list[str]:
+        return self.inner.conversations()
+
+
+@pytest.fixture
+def plain_store(sqlite_store: SQLStore) -> WithoutLifecycle:
+    return WithoutLifecycle(sqlite_store)
+
+
+def test_a_scoped_memory_works_on_a_store_without_the_lifecycle_ability(plain_store):
+    memory = ChatMemory(plain_store, {"compaction_strategy": "turn_window", "max_turns": 1})
     alice, bob = memory.for_user("alice"), memory.for_user("bob")
     alice.add("c", [Event.user("alice 1"), Event.assistant("a")])
     alice.add("c", Event.user("alice 2"))
@@ -108,9 +154,9 @@ def test_a_scoped_memory_works_on_a_store_without_the_lifecycle_ability(sqlite_s
             call()
 
 
-def test_the_async_memory_refuses_the_same_without_the_ability(sqlite_store):
+def test_the_async_memory_refuses_the_same_without_the_ability(plain_store):
     async def main() -> None:
-        memory = AsyncChatMemory(sqlite_store)
+        memory = AsyncChatMemory(plain_store)
         bound = memory.for_user("alice")
         await bound.add("c", Event.user("hello"))
         assert [e.content for e in await bound.history("c")] == ["hello"]
