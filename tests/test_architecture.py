@@ -28,7 +28,7 @@ from chat_memory.integrations.memory import (
 from tests.support.imports import graph, imports_in
 
 #: Sub-packages built on the core (the core must not import them).
-OUTSIDE_THE_CORE = ("host", "testing", "integrations")
+OUTSIDE_THE_CORE = ("host", "testing", "integrations", "inspector")
 #: What the host may import from chat_memory: the top-level public names and these
 #: public sub-packages/modules.
 PUBLIC_MODULES = {
@@ -36,6 +36,7 @@ PUBLIC_MODULES = {
     "chat_memory.backends",
     "chat_memory.components",
     "chat_memory.components.definitions",
+    "chat_memory.inspector",  # chat-memory ui: docs/inspector.md
     "chat_memory.integrations.langflow.export",  # export_langflow, docs/langflow.md
     "chat_memory.longterm",
     "chat_memory.safe_json",

@@ -28,6 +28,7 @@ from .. import (
     MemoryConfig,
 )
 from ..backends import ENV_URL, default_url, redact_message
+from ..inspector import add_ui_command, run_ui
 from ..search import SearchQuery
 from ..strategies import strategy_names
 from ..templates import template_names, template_source
@@ -170,6 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_memory_command(commands, common)
     add_transfer_commands(commands, common)
     add_lifecycle_commands(commands, common)
+    add_ui_command(commands, common)
     return parser
 
 
@@ -510,6 +512,7 @@ _HANDLERS = {
     "memory": run_memory_command,
     **TRANSFER_HANDLERS,
     **LIFECYCLE_HANDLERS,
+    "ui": run_ui,
 }
 
 

@@ -212,6 +212,7 @@ def test_help_everywhere(capsys):
             "copy",
             "forget",
             "sweep",
+            "ui",
         )
     }
     for argv in [["--help"], *([name, "--help"] for name in commands)]:
