@@ -216,17 +216,16 @@ def test_a_pin_in_force_then_but_dropped_since_refuses_the_fork() -> None:
     assert [e.content for e in memory.fork("c", "f", at=10)][0] == "new rule"
 
 
-def test_a_store_without_the_ability_is_refused_naming_it(tmp_path: Any) -> None:
-    from chat_memory import open_store
+def test_a_store_without_the_ability_is_refused_naming_it() -> None:
+    from chat_memory import ThreadedStore
+    from chat_memory.testing.blocking import blocking_store
 
-    store = open_store(f"sqlite:///{tmp_path / 'chat.db'}")
-    try:
-        memory = ChatMemory(store, MemoryConfig(), token_counter=fixed_tokens)
-        memory.add("c", [Event.user("hi")])
-        with pytest.raises(ConfigurationError, match="Forks ability"):
-            memory.fork("c", "f")
-    finally:
-        store.close()
+    # every store of the package forks: a sync store over an async one has the protocol only
+    store = blocking_store(ThreadedStore(InMemoryStore()))
+    memory = ChatMemory(store, MemoryConfig(), token_counter=fixed_tokens)
+    memory.add("c", [Event.user("hi")])
+    with pytest.raises(ConfigurationError, match="Forks ability"):
+        memory.fork("c", "f")
 
 
 def test_a_seq_before_the_timeline_was_kept_is_refused_and_survives_a_copy() -> None:

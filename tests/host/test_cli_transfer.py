@@ -1,7 +1,6 @@
 """The command line's fork, export, import, copy, list --user/--tag, forget and sweep: on
 memory:// stores shared across the commands of one test (each URL names one real in-memory
-store for the test's duration), and the refusals on a SQLite store, which lacks the abilities
-this round."""
+store for the test's duration), and fork, export and copy on a SQLite store."""
 
 from __future__ import annotations
 
@@ -116,19 +115,25 @@ def test_forget_and_sweep_through_the_command_line(stores: dict[str, Store], run
     assert memory.window("conv")
 
 
-def test_a_store_without_the_abilities_is_refused_naming_them(
+def test_the_sqlite_store_forks_exports_and_copies_through_the_command_line(
     stores: dict[str, Store], run: Run, tmp_path: Path
 ) -> None:
     url = f"sqlite:///{tmp_path / 'chat.db'}"
     store = open_store(url)
-    ChatMemory(store, MemoryConfig()).add("conv", [Event.user("hi")])
-    store.close()
-    code, _, err = run("export", "--url", url)
-    assert code == 2 and "Dumps ability" in err
-    code, _, err = run("fork", "--url", url, "-c", "conv", "other")
-    assert code == 2 and "Forks ability" in err
-    code, _, err = run("copy", "--from", url, "--to", "memory://b")
-    assert code == 2 and "source store" in err and "Dumps ability" in err
+    try:
+        memory = _seed(store)
+        code, out, _ = run("fork", "--url", url, "-c", "conv", "branch", "--at", "4")
+        assert code == 0 and "branch" in out
+        assert [e.seq for e in memory.window("branch")] == [1, 2, 3, 4]
+        code, out, _ = run("export", "--url", url)
+        assert code == 0 and out.startswith('{"format":"chat-memory","version":1')
+        code, _, _ = run("copy", "--from", url, "--to", "memory://b")
+        assert code == 0
+        copied = ChatMemory(stores["memory://b"], MemoryConfig())
+        assert copied.history("branch") == memory.history("branch")
+        assert copied.for_user("alice").window("chat") == memory.for_user("alice").window("chat")
+    finally:
+        store.close()
 
 
 def test_copy_never_shows_a_password_of_its_urls(run: Run) -> None:

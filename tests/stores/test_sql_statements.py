@@ -36,9 +36,11 @@ STORES = [
 #: The most statements (not counting BEGIN and COMMIT) each operation may take. PostgreSQL
 #: takes one more for an append: its row lock and its read are two statements (see
 #: SQLOperations._locked); a SQLite write transaction holds the lock from BEGIN IMMEDIATE.
+#: A compaction (a compacting add, an apply) also inserts its row of the fork timeline (one
+#: INSERT, since schema version 7: docs/lifecycle.md, "Fork"); it was 5, 6 and 4 before.
 CEILINGS = {
-    "sqlite": {"add": 3, "window": 1, "tool turn": 4, "compacting add": 5, "apply": 4},
-    "postgresql": {"add": 4, "window": 1, "tool turn": 5, "compacting add": 6, "apply": 4},
+    "sqlite": {"add": 3, "window": 1, "tool turn": 4, "compacting add": 6, "apply": 5},
+    "postgresql": {"add": 4, "window": 1, "tool turn": 5, "compacting add": 7, "apply": 5},
 }
 #: The record trim, about once in RECORD_TRIM_EVERY compactions: a SELECT and a DELETE.
 TRIM = 2

@@ -49,6 +49,8 @@ from .connections import (
     url_query,
     write_options,
 )
+from .forks import AsyncSQLForksAndDumps
+from .keeps_lifecycle import AsyncSQLLifecycle
 from .operations import SQLOperations
 from .schema import DEFAULT_TABLE_PREFIX, Tables
 from .store import SQLStore
@@ -78,7 +80,20 @@ def async_url(url: sa.URL) -> sa.URL:
     return url
 
 
-class AsyncSQLStore(AsyncStore):
+def _pool_capacity(pool: Any) -> int | None:
+    """How many connections a queue pool opens at most (its size and overflow), or None when
+    it has no bound (unlimited overflow, no pooling) or is one shared connection."""
+    from sqlalchemy.pool import QueuePool
+
+    if not isinstance(pool, QueuePool):
+        return None
+    overflow = getattr(pool, "_max_overflow", -1)  # SQLAlchemy keeps it only privately
+    if not isinstance(overflow, int) or overflow < 0:
+        return None
+    return max(1, pool.size() + overflow)
+
+
+class AsyncSQLStore(AsyncSQLLifecycle, AsyncSQLForksAndDumps, AsyncStore):
     """The SQL store for the async API, natively async (no thread pool).
 
     >>> store = AsyncSQLStore("sqlite:///chat.db")                  # or open_async_store("sqlite:///chat.db")
@@ -141,6 +156,8 @@ class AsyncSQLStore(AsyncStore):
         # as soon as it is free, instead of each holding a pooled connection inside SQLite's
         # busy handler, which polls with sleeps of up to 100 ms (other processes still wait there)
         self._one_writer: Any = asyncio.Lock() if self._dialect == "sqlite" else nullcontext()
+        self._gate_size = _pool_capacity(self.engine.pool)
+        self._gate: tuple[asyncio.AbstractEventLoop, asyncio.Semaphore] | None = None
         self._schema_ready = False
         self._schema_lock = asyncio.Lock()
 
@@ -189,11 +206,26 @@ class AsyncSQLStore(AsyncStore):
         options = (
             write_options(self._dialect) if write else read_options(self._dialect, one_statement)
         )
-        async with self._serialised, self.engine.connect() as connection:
+        async with self._admission(), self._serialised, self.engine.connect() as connection:
             if options:
                 await connection.execution_options(**options)
             async with connection.begin():
                 yield connection
+
+    def _admission(self) -> Any:
+        """A turn at the engine's pool, taken before the connection is asked for: one per
+        connection the pool may open, handed out first come first served. A burst of
+        operations (a thousand conversations' first turns ready at once) then costs one
+        future each while it waits, instead of a greenlet and a timed wait inside
+        SQLAlchemy's pool each, all of them started in one loop iteration; and no waiter
+        runs into the pool's 30 s timeout while later ones go first. Per event loop (an
+        ``asyncio.Semaphore`` belongs to the loop it first waited on)."""
+        if self._gate_size is None:
+            return nullcontext()
+        loop = asyncio.get_running_loop()
+        if self._gate is None or self._gate[0] is not loop:
+            self._gate = (loop, asyncio.Semaphore(self._gate_size))
+        return self._gate[1]
 
     async def _ready(self) -> None:
         if self._schema_ready:

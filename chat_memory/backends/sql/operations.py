@@ -20,9 +20,10 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from ...errors import ConfigurationError, StorageError
+from ...errors import ConfigurationError
 from ...event_checks import found_in_window, tool_call_ids, tool_event_ids
 from ...events import PARSE_CACHE_MAX_LENGTH, Event, EventType, Window
+from ...lifecycle.keys import stored_key
 from ...pins import superseded
 from ...search import RECALL_MARK, MatchMode, SearchQuery, SearchResult, search_text
 from ..base import CompactionPlan, Snapshot, ToolPairCheck
@@ -35,10 +36,12 @@ from ..bookkeeping import (
     unstored,
 )
 from ..failures import stored_data
+from ..timeline import compaction_entry, dropped_pin_entry, retraction_entry
 from .connections import lock_schema
 from .driver import Driver
+from .lifecycle import LifecycleOperations
 from .schema import build_tables, ensure_schema, row_key, stored_message, stored_search_text
-from .statements import Statements
+from .statements import Statements, timeline_params
 
 _TOOL_TYPES = (EventType.TOOL_CALL.value, EventType.TOOL_RESULT.value)
 # plain strings: a window row's type is compared with them for every row read
@@ -107,6 +110,8 @@ class SQLOperations:
         self.max_archived_events = max_archived_events
         self.compaction_records_kept = compaction_records_kept
         self.sql = Statements(tables, compaction_records_kept=compaction_records_kept)
+        #: The lifecycle's transaction bodies (metadata, listing, sweep, erasure, guards).
+        self.life = LifecycleOperations(tables, self.sql.new_conversation)
         #: Runs the statements of the hot path on the driver's cursor (see driver.py).
         self.driver = Driver()
         # body -> event: a window is read up to three times a turn (the add's locked read, the
@@ -365,8 +370,12 @@ class SQLOperations:
             return [json.loads(record) for (record,) in reversed(newest)]
 
     def conversations(self, connection: sa.Connection) -> list[str]:
+        """Every stored key, scoped ones marked so that they may be passed back (stored_key)."""
         return sorted(
-            connection.execute(sa.select(self.tables.conversations.c.conversation_id)).scalars()
+            stored_key(cid)
+            for cid in connection.execute(
+                sa.select(self.tables.conversations.c.conversation_id)
+            ).scalars()
         )
 
     # -- writes ------------------------------------------------------------------------------
@@ -398,14 +407,9 @@ class SQLOperations:
         return self._new_row(connection, cid, key), Snapshot.empty(cid)
 
     def _new_row(self, connection: sa.Connection, cid: str, key: str) -> _Row:
-        """Insert the conversation's row at version 0 (locked until the transaction ends)."""
-        now = _now()
-        inserted = connection.execute(
-            self.sql.new_conversation, {"b_key": key, "b_cid": cid, "b_now": now}
-        ).inserted_primary_key
-        if inserted is None:  # SQLAlchemy has it for every single-row INSERT
-            raise StorageError(f"the database gave no id to the new row of conversation {cid!r}")
-        return _Row(inserted[0], 0, 0, 0)
+        """Insert the conversation's row at version 0 (locked until the transaction ends), in
+        its scope, unless an erasure guards it (see :meth:`LifecycleOperations.new_row`)."""
+        return _Row(self.life.new_row(connection, cid, key, _now()), 0, 0, 0)
 
     def _locked_with_ids(
         self, connection: sa.Connection, cid: str, batch: list[Event]
@@ -641,7 +645,10 @@ class SQLOperations:
             )
         archived_count = row.archived_count + archived
         if cap is not None and archived_count > cap:
-            archived_count -= self._trim(connection, ref, archived_count - cap)
+            dropped, pins = self._trim(connection, ref, archived_count - cap)
+            archived_count -= dropped
+            for pin in pins:  # a superseded pin deleted: a fork of a window it was in refuses
+                self._add_timeline(connection, ref, dropped_pin_entry(pin))
         values = {
             "b_ref": ref,
             "b_version": row.version + 1,
@@ -655,6 +662,18 @@ class SQLOperations:
             run(connection, self.sql.compacted_with_summary, {**values, "b_summary_seq": last_seq})
         if plan.record is not None:
             self._keep_record(connection, ref, row.version + 1, plan.record)
+        self._add_timeline(
+            connection,
+            ref,
+            compaction_entry(
+                last_seq, plan.archive_through_seq, None if plan.summary is None else last_seq
+            ),
+        )
+
+    def _add_timeline(self, connection: sa.Connection, ref: int, entry: dict[str, Any]) -> None:
+        """Write ``entry`` as the conversation's next fork timeline row, in the transaction of
+        the change it records (docs/lifecycle.md, "Fork"; read by sql/transfer.py)."""
+        self.driver.run(connection, self.sql.add_timeline, timeline_params(ref, entry))
 
     def _keep_record(
         self, connection: sa.Connection, ref: int, version: int, record: dict[str, Any]
@@ -672,16 +691,20 @@ class SQLOperations:
         if oldest_kept:
             run(connection, self.sql.drop_records, {"b_ref": ref, "b_id": oldest_kept[0][0]})
 
-    def _trim(self, connection: sa.Connection, ref: int, excess: int) -> int:
-        """Delete the ``excess`` oldest archived events; returns how many were deleted."""
-        through = self.driver.rows(
-            connection, self.sql.oldest_archived, {"b_ref": ref, "b_skip": excess - 1}
+    def _trim(self, connection: sa.Connection, ref: int, excess: int) -> tuple[int, list[Event]]:
+        """Delete the ``excess`` oldest archived events; returns how many were deleted and the
+        system events (superseded pins) among them."""
+        oldest = self.driver.rows(
+            connection, self.sql.oldest_archived, {"b_ref": ref, "b_count": excess}
         )
-        if not through:
-            return 0
-        return self.driver.run(
-            connection, self.sql.drop_archived, {"b_ref": ref, "b_seq": through[0][0]}
+        if not oldest:
+            return 0, []
+        deleted = self.driver.run(
+            connection, self.sql.drop_archived, {"b_ref": ref, "b_seq": oldest[-1][0]}
         )
+        with self._stored():
+            pins = [Event.from_json(body) for _, body in oldest if body is not None]
+        return deleted, pins
 
     def retract(
         self, connection: sa.Connection, cid: str, event_ids: Collection[str]
@@ -731,6 +754,9 @@ class SQLOperations:
             ],
         )
         seqs = [e.seq for e in targets]
+        self._add_timeline(
+            connection, row.id, retraction_entry(row.last_seq, (e.seq or 0 for e in targets))
+        )
         for i in range(0, len(seqs), _KEYS_PER_QUERY):
             connection.execute(
                 events.delete().where(
@@ -780,6 +806,8 @@ class SQLOperations:
                 )
             )
             connection.execute(compactions.delete().where(compactions.c.conversation_ref == row.id))
+            timeline = self.tables.timeline
+            connection.execute(timeline.delete().where(timeline.c.conversation_ref == row.id))
             connection.execute(conversations.delete().where(conversations.c.id == row.id))
 
 

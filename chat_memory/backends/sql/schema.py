@@ -1,6 +1,6 @@
 """The SQL store's tables, created on first use and checked against the recorded schema version.
 
-Eight tables, named with a configurable prefix (default ``chat_memory_``):
+Eleven tables, named with a configurable prefix (default ``chat_memory_``):
 
 - ``<prefix>meta``: ``name``/``value`` pairs; ``schema_version`` says which layout the data uses,
   and ``migrated_to_<N>`` records when (and by which step) the tables were upgraded to N.
@@ -26,6 +26,12 @@ Eight tables, named with a configurable prefix (default ``chat_memory_``):
 - since schema version 2 too, three for long-term memory (:mod:`chat_memory.longterm.sql`):
   ``<prefix>memory_namespaces`` (one row per namespace: its revision, locked by every commit),
   ``<prefix>memory_files`` (the current files) and ``<prefix>memory_versions`` (every change).
+- since schema version 7 (the lifecycle, docs/lifecycle.md and docs/sql.md): on conversations
+  ``scope_key`` (the SHA-256 of the scope prefix), ``title``, ``tags``, ``meta`` and
+  ``timeline_from``, indexed by (scope_key, updated_at) and by updated_at (``updated_at`` is
+  the last activity); on namespaces ``scope_key`` and ``expires_at``;
+  ``<prefix>conversation_tags`` (listing by tag), ``<prefix>guards`` (erasure guards, by
+  digest) and ``<prefix>conversation_timeline`` (the fork timeline, sql/transfer.py).
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ from ...errors import ConfigurationError, SchemaError
 from ..migrations import Migration, StoredFormat
 
 #: The schema version this code creates (as recorded in the meta table).
-SCHEMA_VERSION = "6"
+SCHEMA_VERSION = "7"
 DEFAULT_TABLE_PREFIX = "chat_memory_"
 _PREFIX_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,29}|")
 
@@ -119,6 +125,9 @@ class Tables:
     memory_files: sa.Table
     memory_versions: sa.Table
     retracted: sa.Table
+    conversation_tags: sa.Table
+    guards: sa.Table
+    timeline: sa.Table
 
     @property
     def checked(self) -> tuple[sa.Table, ...]:
@@ -131,6 +140,9 @@ class Tables:
             self.memory_files,
             self.memory_versions,
             self.retracted,
+            self.conversation_tags,
+            self.guards,
+            self.timeline,
         )
 
 
@@ -172,8 +184,17 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         sa.Column("compaction_error", sa.Text(), nullable=True),
         sa.Column("compaction_failures", sa.Integer(), nullable=False, server_default="0"),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
+        # the last activity (every write refreshes it): what listing and the sweep order by
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        # since schema version 7: the lifecycle (docs/lifecycle.md) and the fork timeline
+        sa.Column("scope_key", sa.String(64), nullable=False, server_default=UNSCOPED_SCOPE_KEY),
+        sa.Column("title", sa.Text(), nullable=True),
+        sa.Column("tags", sa.Text(), nullable=True),
+        sa.Column("meta", _LONG_TEXT, nullable=True),
+        sa.Column("timeline_from", sa.BigInteger(), nullable=False, server_default="0"),
         sa.UniqueConstraint("conversation_key", name=f"{prefix}conversations_key_uq"),
+        sa.Index(f"{prefix}conversations_scope_idx", "scope_key", "updated_at"),
+        sa.Index(f"{prefix}conversations_active_idx", "updated_at"),
     )
     events = sa.Table(
         f"{prefix}events",
@@ -245,7 +266,68 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         compactions,
         *_memory_tables(prefix, metadata),
         retracted,
+        *_lifecycle_tables(prefix, metadata, conversations),
     )
+
+
+def scope_key(scope: str) -> str:
+    """The indexed key of a scope prefix (``scope_key`` columns): its SHA-256, bounded
+    whatever the user and app, and holding neither."""
+    return hashlib.sha256(scope.encode("utf-8")).hexdigest()
+
+
+#: ``scope_key`` of the unscoped conversations (bare ids): the digest of the empty prefix.
+UNSCOPED_SCOPE_KEY = scope_key("")
+
+
+def _lifecycle_tables(
+    prefix: str, metadata: sa.MetaData, conversations: sa.Table
+) -> tuple[sa.Table, sa.Table, sa.Table]:
+    """The tables of schema version 7: a conversation's tags (listing by tag), the erasure
+    guards, and the fork timeline (docs/lifecycle.md, "Fork")."""
+    big_id = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
+    tags = sa.Table(
+        f"{prefix}conversation_tags",
+        metadata,
+        sa.Column(
+            "conversation_ref",
+            big_id,
+            sa.ForeignKey(
+                conversations.c.id, ondelete="CASCADE", name=f"{prefix}tags_conversation_fk"
+            ),
+            primary_key=True,
+        ),
+        sa.Column("tag_key", sa.String(64), primary_key=True),
+        sa.Column("scope_key", sa.String(64), nullable=False),
+        sa.Index(f"{prefix}conversation_tags_idx", "scope_key", "tag_key"),
+    )
+    guards = sa.Table(
+        f"{prefix}guards",
+        metadata,
+        sa.Column("digest", sa.String(64), primary_key=True),
+        sa.Column("until", sa.DateTime(timezone=True), nullable=False),
+    )
+    timeline = sa.Table(
+        f"{prefix}conversation_timeline",
+        metadata,
+        sa.Column(
+            "conversation_ref",
+            big_id,
+            sa.ForeignKey(
+                conversations.c.id, ondelete="CASCADE", name=f"{prefix}timeline_conversation_fk"
+            ),
+            primary_key=True,
+        ),
+        sa.Column("n", sa.Integer(), primary_key=True, autoincrement=False),
+        sa.Column("kind", sa.String(16), nullable=False),
+        sa.Column("head", sa.BigInteger(), nullable=True),
+        sa.Column("through", sa.BigInteger(), nullable=True),
+        sa.Column("summary_seq", sa.BigInteger(), nullable=True),
+        sa.Column("seqs", _LONG_TEXT, nullable=True),
+        sa.Column("seq", sa.BigInteger(), nullable=True),
+        sa.Column("pin_key", sa.Text(), nullable=True),
+    )
+    return tags, guards, timeline
 
 
 def _memory_tables(prefix: str, metadata: sa.MetaData) -> tuple[sa.Table, sa.Table, sa.Table]:
@@ -259,6 +341,12 @@ def _memory_tables(prefix: str, metadata: sa.MetaData) -> tuple[sa.Table, sa.Tab
         sa.Column("namespace", sa.String(1024), nullable=False),
         sa.Column("revision", sa.BigInteger(), nullable=False),
         sa.Column("updated_at", sa.DateTime(timezone=True), nullable=False),
+        # since schema version 7: the scope of a scoped namespace (None: a bare one), and
+        # when its retention lapses (updated_at + retention; None: kept forever)
+        sa.Column("scope_key", sa.String(64), nullable=True),
+        sa.Column("expires_at", sa.DateTime(timezone=True), nullable=True),
+        sa.Index(f"{prefix}memory_namespaces_scope_idx", "scope_key"),
+        sa.Index(f"{prefix}memory_namespaces_expiry_idx", "expires_at"),
     )
     files = sa.Table(
         f"{prefix}memory_files",
@@ -404,6 +492,100 @@ def _add_compaction_failures(change: SchemaChange) -> None:
         )
 
 
+def _add_lifecycle(change: SchemaChange) -> None:
+    """Version 6 -> 7: the lifecycle columns of conversations and namespaces (added when
+    missing; ``scope_key`` filled from each scoped id, ``timeline_from`` = ``last_seq``: the
+    past of a stored conversation has no timeline), their indexes, and the tags, guards and
+    timeline tables. Reads only the rows whose id or namespace is scoped."""
+    tables, connection = change.tables, change.connection
+    conversations, namespaces = tables.conversations, tables.memory_namespaces
+    _add_missing_columns(
+        connection,
+        conversations,
+        {
+            "scope_key": f"DEFAULT '{UNSCOPED_SCOPE_KEY}' NOT NULL",
+            "title": "",
+            "tags": "",
+            "meta": "",
+            "timeline_from": "DEFAULT 0 NOT NULL",
+        },
+    )
+    _add_missing_columns(connection, namespaces, {"scope_key": "", "expires_at": ""})
+    connection.execute(conversations.update().values(timeline_from=conversations.c.last_seq))
+    _fill_scope_keys(connection, conversations, conversations.c.id, conversations.c.conversation_id)
+    _fill_scope_keys(connection, namespaces, namespaces.c.namespace_key, namespaces.c.namespace)
+    inspector = sa.inspect(connection)
+    for table in (conversations, namespaces):
+        present = {index["name"] for index in inspector.get_indexes(table.name)}
+        for index in table.indexes:
+            if index.name not in present:
+                index.create(connection)
+    for table in (tables.conversation_tags, tables.guards, tables.timeline):
+        table.create(connection, checkfirst=True)
+    # the fork timeline's entries for the state each conversation is in now (sql/timeline.py)
+    from .timeline import write_baseline_timelines
+
+    write_baseline_timelines(connection, tables)
+
+
+def _add_missing_columns(
+    connection: sa.Connection, table: sa.Table, columns: dict[str, str]
+) -> None:
+    """``ALTER TABLE … ADD COLUMN`` each of ``columns`` (name -> default and nullability
+    clause) the table lacks."""
+    present = {column["name"] for column in sa.inspect(connection).get_columns(table.name)}
+    preparer = connection.dialect.identifier_preparer
+    for name, clause in columns.items():
+        if name not in present:
+            kind = table.c[name].type.compile(dialect=connection.dialect)
+            connection.exec_driver_sql(
+                f"ALTER TABLE {preparer.format_table(table)} ADD COLUMN "
+                f"{preparer.quote(name)} {kind} {clause}".rstrip()
+            )
+
+
+def _fill_scope_keys(
+    connection: sa.Connection, table: sa.Table, key: sa.Column[Any], name: sa.Column[Any]
+) -> None:
+    """Set ``scope_key`` of the rows of ``table`` whose ``name`` is a scoped key, a batch at
+    a time in ``key`` order."""
+    from ...lifecycle.keys import SCOPE_PREFIX
+
+    scoped = (
+        sa.select(key, name)
+        .where(name.startswith(SCOPE_PREFIX, autoescape=True))
+        .order_by(key)
+        .limit(500)
+    )
+    update = (
+        table.update()
+        .where(key == sa.bindparam("b_key"))
+        .values(scope_key=sa.bindparam("b_scope_key"))
+    )
+    after: Any = None
+    while True:
+        rows = connection.execute(scoped if after is None else scoped.where(key > after)).all()
+        if not rows:
+            return
+        connection.execute(
+            update,
+            [{"b_key": row[0], "b_scope_key": _scope_key_of(row[1])} for row in rows],
+        )
+        after = rows[-1][0]
+
+
+def _scope_key_of(name: str) -> str:
+    """The scope key of a stored id or namespace; one that only looks scoped (stored before
+    the prefix was reserved) stays unscoped."""
+    from ...errors import InvalidInputError
+    from ...lifecycle.keys import scope_of_key
+
+    try:
+        return scope_key(scope_of_key(name))
+    except InvalidInputError:
+        return UNSCOPED_SCOPE_KEY
+
+
 def _keys_of_row(row: Any) -> dict[str, Any]:
     body = json.loads(row.body)
     call_id = body.get("tool_call_id") if row.type in ("tool_call", "tool_result") else None
@@ -448,6 +630,11 @@ SQL_SCHEMA: StoredFormat[SchemaChange] = StoredFormat(
             5,
             "count failed compactions beside the compaction error",
             _add_compaction_failures,
+        ),
+        Migration(
+            6,
+            "scope, metadata, tags, erasure guards and the fork timeline",
+            _add_lifecycle,
         ),
     ),
     remedy="upgrade chat-memory, or use another table_prefix",

@@ -5,14 +5,41 @@ runs them."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any
 
 import sqlalchemy as sa
 
 from ...events import EventType
+from ..timeline import COMPACTION, DROPPED_PIN
 from .schema import Tables
 
 _NOT_ACTIVE = (EventType.SYSTEM.value, EventType.SUMMARY.value)
+
+
+def timeline_params(ref: int, entry: Mapping[str, Any]) -> dict[str, Any]:
+    """The parameters of :attr:`Statements.add_timeline` for ``entry`` (an entry of the fork
+    timeline, :mod:`chat_memory.backends.timeline`) of conversation row ``ref``: a dropped
+    pin's fields in ``seq`` and ``pin_key``, a retraction's seqs as a JSON array."""
+    params: dict[str, Any] = {
+        "b_ref": ref,
+        "b_kind": entry["kind"],
+        "b_head": None,
+        "b_through": None,
+        "b_summary_seq": None,
+        "b_seqs": None,
+        "b_seq": None,
+        "b_pin_key": None,
+    }
+    if entry["kind"] == DROPPED_PIN:
+        params.update(b_seq=entry["seq"], b_pin_key=entry["key"])
+    elif entry["kind"] == COMPACTION:
+        params.update(b_head=entry["head"], b_through=entry["through"])
+        params["b_summary_seq"] = entry["summary"]
+    else:
+        params.update(b_head=entry["head"], b_seqs=json.dumps(sorted(entry["seqs"])))
+    return params
 
 
 class Statements:
@@ -116,6 +143,7 @@ class Statements:
             compaction_failures=0,
             created_at=sa.bindparam("b_now"),
             updated_at=sa.bindparam("b_now"),
+            scope_key=sa.bindparam("b_scope"),
         )
         self.insert_events = events.insert()
         compacted: dict[str, Any] = {
@@ -145,12 +173,16 @@ class Statements:
             .values(archived=True)
         )
         archive = sa.and_(of_ref, events.c.archived == sa.true())
+        # the oldest archived rows the archive cap deletes: their seqs, and the body of each
+        # system event among them (a superseded pin: its deletion goes in the fork timeline)
         self.oldest_archived = (
-            sa.select(events.c.seq)
+            sa.select(
+                events.c.seq,
+                sa.case((events.c.type == EventType.SYSTEM.value, events.c.body), else_=sa.null()),
+            )
             .where(archive)
             .order_by(events.c.seq)
-            .offset(sa.bindparam("b_skip"))
-            .limit(1)
+            .limit(sa.bindparam("b_count"))
         )
         self.drop_archived = events.delete().where(archive, events.c.seq <= sa.bindparam("b_seq"))
         of_record_ref = compactions.c.conversation_ref == sa.bindparam("b_ref")
@@ -199,4 +231,18 @@ class Statements:
             sa.select(retracted.c.body)
             .where(retracted.c.conversation_ref == of_key)
             .order_by(retracted.c.seq)
+        )
+        timeline = tables.timeline
+        # an entry of the fork timeline (docs/lifecycle.md, "Fork"), numbered after the
+        # conversation's last one in the same statement (the writer holds the row lock): an
+        # INSERT … SELECT of one aggregate row, which every database takes on its own table
+        columns = ("n", "kind", "head", "through", "summary_seq", "seqs", "seq", "pin_key")
+        of_timeline = sa.bindparam("b_ref", type_=timeline.c.conversation_ref.type)
+        self.add_timeline = timeline.insert().from_select(
+            ["conversation_ref", *columns],
+            sa.select(
+                of_timeline,
+                sa.func.coalesce(sa.func.max(timeline.c.n), -1) + 1,
+                *(sa.bindparam(f"b_{name}", type_=timeline.c[name].type) for name in columns[1:]),
+            ).where(timeline.c.conversation_ref == of_timeline),
         )

@@ -37,13 +37,23 @@ from .connections import (
     split_url_options,
     url_query,
 )
+from .forks import SQLForksAndDumps
+from .keeps_lifecycle import SQLLifecycle
 from .operations import SQLOperations, conversation_key
 from .schema import DEFAULT_TABLE_PREFIX, Tables
 
 T = TypeVar("T")
 
 
-class SQLStore(AppendsWithoutWindow, ChecksToolPairs, CompactsWhileAppending, Retracts, Store):
+class SQLStore(
+    SQLLifecycle,
+    SQLForksAndDumps,
+    AppendsWithoutWindow,
+    ChecksToolPairs,
+    CompactsWhileAppending,
+    Retracts,
+    Store,
+):
     """Conversations in SQL tables, for the embedded SQLite default and for database servers.
 
     >>> store = SQLStore("sqlite:///chat.db")                      # or open_store("sqlite:///chat.db")
