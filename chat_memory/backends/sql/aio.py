@@ -217,8 +217,8 @@ class AsyncSQLStore(AsyncSQLLifecycle, AsyncSQLForksAndDumps, AsyncStore):
         connection the pool may open, handed out first come first served. A burst of
         operations (a thousand conversations' first turns ready at once) then costs one
         future each while it waits, instead of a greenlet and a timed wait inside
-        SQLAlchemy's pool each, all of them started in one loop iteration; and no waiter
-        runs into the pool's 30 s timeout while later ones go first. Per event loop (an
+        SQLAlchemy's pool each, all of them started in one loop iteration; and none of them
+        waits inside the pool, under its 30 s timeout. Per event loop (an
         ``asyncio.Semaphore`` belongs to the loop it first waited on)."""
         if self._gate_size is None:
             return nullcontext()
