@@ -341,7 +341,29 @@ def main() -> None:
         default="no",
         help="gc.freeze() after the imports and a warm-up turn (both: a run without, then with)",
     )
+    parser.add_argument(
+        "--engine-admission",
+        choices=("yes", "no"),
+        default="yes",
+        help="no: AsyncChatMemory skips the store's admitted() (the tree before it took it; "
+        "for before/after runs back to back)",
+    )
+    parser.add_argument(
+        "--windows-kept",
+        type=int,
+        default=None,
+        help="the Redis stores' held-window cache size (default: WINDOWS_KEPT in redis_sansio.py)",
+    )
     args = parser.parse_args()
+    if args.engine_admission == "no":
+        import chat_memory.aio
+        from chat_memory.steps import arun
+
+        chat_memory.aio._admitted = arun  # an A/B switch, not an API
+    if args.windows_kept is not None:
+        from chat_memory.backends import redis_sansio
+
+        redis_sansio.WINDOWS_KEPT = args.windows_kept
 
     names = [name.strip() for name in args.backends.split(",") if name.strip()]
     drivers = [name.strip() for name in args.drivers.split(",") if name.strip()]

@@ -5,8 +5,9 @@ the summarizer are awaited. See docs/async.md."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Callable, Iterable
+from contextlib import AbstractAsyncContextManager
+from typing import Any, TypeVar
 
 from .backends.aio import AsyncStore, ThreadedStore
 from .backends.base import KeepsLifecycle, Store, check_conversation_id
@@ -22,11 +23,13 @@ from .lifecycle.records import ConversationInfo, ErasureReceipt, SweepReport
 from .lifecycle.scoped import async_scoped_view
 from .render import to_anthropic, to_openai
 from .search import SearchPage, SearchQuery
-from .steps import arun
+from .steps import Step, Steps, StoreCall, _ado, adrive, arun
 from .summarizer import Summarizer
 from .telemetry import ADD, SEARCH, WINDOW, traced
 from .tokens import TokenCounter
 from .tools import AsyncConversationSearchTool, AsyncFetchToolResultTool
+
+T = TypeVar("T")
 
 
 class AsyncChatMemory:
@@ -74,7 +77,7 @@ class AsyncChatMemory:
             callable(getattr(self.store, name, None))
             for name in ("append_without_window", "find_events")
         )
-        return await arun(
+        return await _admitted(
             self._decisions.add(
                 conversation_id,
                 events,
@@ -134,7 +137,7 @@ class AsyncChatMemory:
     @traced(WINDOW)
     async def window(self, conversation_id: str) -> list[Event]:
         """What the model sees now: pinned system events, the summary, the active events."""
-        return await arun(self._decisions.window(conversation_id), self.store)
+        return await _admitted(self._decisions.window(conversation_id), self.store)
 
     async def history(self, conversation_id: str, include_retracted: bool = False) -> list[Event]:
         """Every stored event, archived included, oldest first; retracted ones only with
@@ -163,7 +166,7 @@ class AsyncChatMemory:
     @traced(SEARCH)
     async def run_search(self, conversation_id: str, query: SearchQuery) -> SearchPage:
         """Run an already validated query and page its results."""
-        return await arun(self._decisions.run_search(conversation_id, query), self.store)
+        return await _admitted(self._decisions.run_search(conversation_id, query), self.store)
 
     def search_tool(self, conversation_id: str) -> AsyncConversationSearchTool:
         """The ``conversation_search`` tool bound to one conversation; ``await tool(arguments)``."""
@@ -270,6 +273,55 @@ class AsyncChatMemory:
     async def aclose(self) -> None:
         """Close the store."""
         await self.store.aclose()
+
+
+async def _admitted(steps: Steps[T], store: AsyncStore) -> T:
+    """:func:`~chat_memory.steps.arun` inside the store's admission
+    (:meth:`AsyncStore.admitted <chat_memory.backends.aio.AsyncStore.admitted>`), taken before
+    the first step, so the batch is built, checked and sized only once the store can serve
+    it: a burst of a thousand adds then prepares pool-size batches per loop iteration, not a
+    thousand. The turn is given back while a summarizer runs or a retry pauses (a pool slot
+    must not wait on a model)."""
+    admitted = getattr(store, "admitted", None)  # a wrapper forwarding names may lack it
+    if not callable(admitted):
+        return await arun(steps, store)
+    turn = _Turn(admitted, store)
+    await turn.take()
+    try:
+        return await adrive(steps, turn.perform)
+    finally:
+        await turn.give_back()
+
+
+class _Turn:
+    """One task's turn at a store's admission, given back and taken again around the steps
+    that are not store calls."""
+
+    def __init__(
+        self, admitted: Callable[[], AbstractAsyncContextManager[None]], store: AsyncStore
+    ) -> None:
+        self._admitted = admitted
+        self._store = store
+        self._held: AbstractAsyncContextManager[None] | None = None
+
+    async def take(self) -> None:
+        admission = self._admitted()
+        await admission.__aenter__()
+        self._held = admission
+
+    async def give_back(self) -> None:
+        admission, self._held = self._held, None
+        if admission is not None:
+            await admission.__aexit__(None, None, None)
+
+    async def perform(self, step: Step) -> Any:
+        if isinstance(step, StoreCall):
+            return await getattr(self._store, step.name)(*step.args, **step.kwargs)
+        await self.give_back()
+        try:
+            return await _ado(step, self._store)
+        finally:
+            await self.take()
 
 
 def _keeps(store: Any) -> bool:

@@ -17,8 +17,10 @@ import functools
 import importlib.util
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
+from contextvars import ContextVar
 from typing import Any, ClassVar, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
@@ -50,6 +52,31 @@ DEFAULT_MAX_WORKERS = 16
 log = logging.getLogger(__name__)
 P = ParamSpec("P")
 T = TypeVar("T")
+
+#: The admission gates the running task holds (see :func:`admit`): an operation run inside
+#: another (an ``AsyncChatMemory.add`` admitted as a whole, then its store calls; a layout
+#: migration calling the store) must not wait for a second turn of a gate it already holds.
+_HELD_GATES: ContextVar[frozenset[asyncio.Semaphore]] = ContextVar(
+    "chat_memory_held_gates", default=frozenset()
+)
+
+
+@asynccontextmanager
+async def admit(gate: asyncio.Semaphore | None) -> AsyncIterator[None]:
+    """Hold one turn of ``gate`` for the running task (None: no gate, nothing to wait for).
+    Re-entrant: a task that holds the gate already goes straight in. Tasks started inside
+    inherit the held gate with their context, so they go straight in too (the gate bounds
+    the work a task admits, not the tasks it starts)."""
+    held = _HELD_GATES.get()
+    if gate is None or gate in held:
+        yield
+        return
+    async with gate:
+        token = _HELD_GATES.set(held | {gate})
+        try:
+            yield
+        finally:
+            _HELD_GATES.reset(token)
 
 
 class AsyncStore(ABC):
@@ -162,6 +189,15 @@ class AsyncStore(ABC):
 
     @abstractmethod
     async def conversations(self) -> list[str]: ...
+
+    def admitted(self) -> AbstractAsyncContextManager[None]:
+        """A turn at the store, held by the running task around a whole engine operation
+        (:class:`~chat_memory.AsyncChatMemory` takes it around ``add``, ``window`` and
+        ``search``, and gives it back while a summarizer runs): a store whose operations
+        queue for a bounded pool returns its admission gate here, re-entrant (:func:`admit`),
+        so that a burst of a thousand adds prepares only as many batches at once as the pool
+        serves, the rest waiting as one future each. The default admits at once."""
+        return nullcontext()
 
     async def aclose(self) -> None:
         """Release what this store owns (clients passed in by the caller are left open)."""
@@ -408,6 +444,7 @@ __all__ = [
     "DEFAULT_MAX_WORKERS",
     "AsyncStore",
     "ThreadedStore",
+    "admit",
     "native_store_class",
     "open_async_store",
 ]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Collection, Mapping, Sequence
-from contextvars import ContextVar
+from contextlib import AbstractAsyncContextManager
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -18,7 +18,7 @@ from ..errors import ConfigurationError
 from ..events import Event
 from ..lifecycle.records import ConversationRecord, ErasureCounts
 from ..search import SearchQuery, SearchResult
-from .aio import AsyncStore
+from .aio import AsyncStore, admit
 from .base import CompactionPlan, Snapshot, ToolPairCheck, check_conversation_id
 from .failures import wrap_driver_errors
 from .redis_io import RedisSteps, arun, driver, driver_target, retry
@@ -36,12 +36,6 @@ T = TypeVar("T")
 #: Connections of a single-server store's pool unless the URL says ``?max_connections=N``;
 #: more concurrent operations wait their turn, first come first served, instead of failing.
 DEFAULT_MAX_CONNECTIONS = 32
-
-#: The admission gates the running task holds: an operation run inside another (a layout
-#: migration calling the store) must not wait for a second turn of the same gate.
-_HELD_GATES: ContextVar[frozenset[asyncio.Semaphore]] = ContextVar(
-    "chat_memory_redis_held_gates", default=frozenset()
-)
 
 
 def _driver() -> Any:
@@ -139,15 +133,15 @@ class AsyncRedisStore(
         command that asks first and goes back to the end of the queue, and under load some
         waited past its 20 s timeout while others went through)."""
         self._follow_the_running_loop()
-        gate, held = self._gate, _HELD_GATES.get()
-        if gate is None or gate in held:
+        async with admit(self._gate):  # re-entrant: straight in inside admitted()
             return await arun(steps, self.client, self)
-        async with gate:
-            token = _HELD_GATES.set(held | {gate})
-            try:
-                return await arun(steps, self.client, self)
-            finally:
-                _HELD_GATES.reset(token)
+
+    def admitted(self) -> AbstractAsyncContextManager[None]:
+        """:meth:`AsyncStore.admitted <chat_memory.backends.aio.AsyncStore.admitted>`: a turn
+        of the gate :meth:`_do` takes, so an engine operation admitted as a whole prepares
+        its batch only once a connection is its own."""
+        self._follow_the_running_loop()
+        return admit(self._gate)
 
     def _follow_the_running_loop(self) -> None:
         """A store used from one ``asyncio.run()`` and then another (a script, a test, a

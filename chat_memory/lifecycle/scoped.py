@@ -17,6 +17,7 @@ import functools
 import inspect
 from abc import ABC
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any, cast
 
 from ..backends import base
@@ -221,6 +222,10 @@ class AsyncScopedStore(AsyncStore):
 
     async def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
         return await self._forward(name, protocol_signatures()[name])(*args, **kwargs)
+
+    def admitted(self) -> AbstractAsyncContextManager[None]:
+        """The wrapped store's admission (a scope shares its store's pool)."""
+        return self.store.admitted()
 
     async def load(self, conversation_id: str) -> Snapshot:
         result: Snapshot = await self._call("load", conversation_id)

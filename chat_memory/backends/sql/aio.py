@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Collection, Sequence
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import AbstractAsyncContextManager, asynccontextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import sqlalchemy as sa
@@ -25,7 +25,7 @@ from chat_memory.backoff import Backoff
 from ...errors import ConfigurationError
 from ...events import Event
 from ...search import SearchQuery, SearchResult
-from ..aio import AsyncStore
+from ..aio import AsyncStore, admit
 from ..base import (
     COMPACTION_RECORDS_KEPT,
     CompactionPlan,
@@ -212,7 +212,13 @@ class AsyncSQLStore(AsyncSQLLifecycle, AsyncSQLForksAndDumps, AsyncStore):
             async with connection.begin():
                 yield connection
 
-    def _admission(self) -> Any:
+    def admitted(self) -> AbstractAsyncContextManager[None]:
+        """:meth:`AsyncStore.admitted <chat_memory.backends.aio.AsyncStore.admitted>`: a turn
+        of the gate every transaction takes (:meth:`_admission`), so an engine operation
+        admitted as a whole prepares its batch only once a connection is its own."""
+        return self._admission()
+
+    def _admission(self) -> AbstractAsyncContextManager[None]:
         """A turn at the engine's pool, taken before the connection is asked for: one per
         connection the pool may open, handed out first come first served. A burst of
         operations (a thousand conversations' first turns ready at once) then costs one
@@ -225,7 +231,7 @@ class AsyncSQLStore(AsyncSQLLifecycle, AsyncSQLForksAndDumps, AsyncStore):
         loop = asyncio.get_running_loop()
         if self._gate is None or self._gate[0] is not loop:
             self._gate = (loop, asyncio.Semaphore(self._gate_size))
-        return self._gate[1]
+        return admit(self._gate[1])  # re-entrant: straight in inside admitted()
 
     async def _ready(self) -> None:
         if self._schema_ready:
