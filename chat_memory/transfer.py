@@ -355,7 +355,7 @@ def _put_files(
     ]
     if present == files:
         return
-    if present and not replace:
+    if present and not replace and not _interrupted_replay(present, files):
         raise InvalidInputError(
             f"long-term namespace ({namespace!r}) holds other files on the target; "
             "pass replace (--replace) to overwrite it"
@@ -363,9 +363,7 @@ def _put_files(
     memory.clear()
     for entry in files:
         revision: int | None = None
-        contents = list(entry["versions"])
-        if not contents or contents[-1] != entry["content"]:
-            contents.append(entry["content"])  # its versions were trimmed: keep what it holds
+        contents = _replayed(entry)
         for content in contents:
             if not memory._commit({entry["path"]: revision}, {entry["path"]: content}):
                 raise StorageError(
@@ -376,6 +374,27 @@ def _put_files(
             revision = None if current is None else current.revision
         report.file_versions += len(contents)
     report.namespaces += 1
+
+
+def _replayed(entry: dict[str, Any]) -> list[str | None]:
+    """The contents a file's replay writes on the target, oldest first."""
+    contents: list[str | None] = list(entry["versions"])
+    if not contents or contents[-1] != entry["content"]:
+        contents.append(entry["content"])  # its versions were trimmed: keep what it holds
+    return contents
+
+
+def _interrupted_replay(present: list[dict[str, Any]], files: list[dict[str, Any]]) -> bool:
+    """Whether the target's namespace is what an interrupted replay of ``files`` leaves
+    (each file there is one of them with only its first versions): then replaying it again
+    loses nothing, and a resumed copy must not be refused."""
+    wanted = {entry["path"]: _replayed(entry) for entry in files}
+    return all(
+        entry["path"] in wanted
+        and entry["versions"][-1:] == [entry["content"]]
+        and entry["versions"] == wanted[entry["path"]][: len(entry["versions"])]
+        for entry in present
+    )
 
 
 def _files_checksum(files: list[dict[str, Any]]) -> str:

@@ -14,6 +14,7 @@ from ..backends import check_conversation_id, open_store, redact_url
 from ..transfer import TransferReport, copy_store, dumps_of, export_store, import_store
 from .cli_lifecycle import add_scope_options, scoped
 from .cli_session import CommandError, Session
+from .cli_session import _sqlite_file as sqlite_file
 from .cli_text import say
 
 P = TypeVar("P", bound=argparse.ArgumentParser)
@@ -91,6 +92,12 @@ def run_import(args: argparse.Namespace) -> int:
 def run_copy(args: argparse.Namespace) -> int:
     """``copy --from URL --to URL [--replace]``: resumable (run it again after an
     interruption: what was copied and verified is skipped)."""
+    source_file = sqlite_file(args.from_url)
+    if source_file is not None and not source_file.exists():
+        # opening it would create an empty database: a mistyped source would copy nothing
+        raise CommandError(
+            f"the source store {redact_url(args.from_url)} does not exist (nothing to copy)", 1
+        )
     with open_store(args.from_url) as source, open_store(args.to_url) as target:
         report = copy_store(source, target, replace=args.replace)
     _report("Copied", report, f"{redact_url(args.from_url)} to {redact_url(args.to_url)}")

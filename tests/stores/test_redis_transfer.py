@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from chat_memory import AsyncChatMemory, Event
+from chat_memory.backends.base import Dumps
 from chat_memory.backends.in_memory import InMemoryStore
 from chat_memory.backends.redis import RedisStore
 from chat_memory.backends.redis_aio import AsyncRedisStore
@@ -231,26 +233,25 @@ def test_copy_from_memory_to_redis_and_back_keeps_everything(redis: RedisStore) 
     assert restored.window("chat") == alice.window("chat")
 
 
-def test_the_copy_command_moves_conversations_from_memory_to_redis_and_back(
-    url: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+def test_the_copy_command_moves_conversations_from_sqlite_to_redis_and_back(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     from chat_memory import open_store
-    from chat_memory.host import cli_transfer
     from chat_memory.host.cli import main
 
-    shared = {"memory://a": InMemoryStore(), "memory://b": InMemoryStore()}
-    monkeypatch.setattr(
-        cli_transfer, "open_store", lambda u, **o: shared.get(u) or open_store(u, **o)
-    )
-    memory = _memory(shared["memory://a"])
-    _traffic(memory, "conv")
-    bob = memory.for_user("bob")
-    _traffic(bob, "chat", turns=3)
-    bob.set_metadata("chat", title="Bob's chat", tags=["vip"])
-    assert main(["copy", "--from", "memory://a", "--to", url]) == 0
-    assert main(["copy", "--from", url, "--to", "memory://b"]) == 0
+    first, back = f"sqlite:///{tmp_path / 'first.db'}", f"sqlite:///{tmp_path / 'back.db'}"
+    with open_store(first) as source:
+        memory = _memory(source)
+        _traffic(memory, "conv")
+        bob = memory.for_user("bob")
+        _traffic(bob, "chat", turns=3)
+        bob.set_metadata("chat", title="Bob's chat", tags=["vip"])
+    assert main(["copy", "--from", first, "--to", url]) == 0
+    assert main(["copy", "--from", url, "--to", back]) == 0
     assert "Copied 2 conversations" in capsys.readouterr().err
-    for key in shared["memory://a"].conversations():
-        original, returned = shared["memory://a"].dump(key), shared["memory://b"].dump(key)
-        assert original is not None and returned is not None
-        assert returned.checksum() == original.checksum()
+    with open_store(first) as source, open_store(back) as returned_store:
+        assert isinstance(source, Dumps) and isinstance(returned_store, Dumps)
+        for key in source.conversations():
+            original, returned = source.dump(key), returned_store.dump(key)
+            assert original is not None and returned is not None
+            assert returned.checksum() == original.checksum()
