@@ -165,8 +165,17 @@ def write_baseline_timelines(connection: sa.Connection, tables: Tables) -> None:
     the seq before its first active real event, the summary in force) and a retraction entry
     (every retracted seq), both at ``head = last_seq``. A fork from that seq on rebuilds; one
     before it is refused. Runs in the migration's transaction, after the timeline table is
-    created: one statement writes every compaction entry, one read finds the retracted seqs."""
+    created: one statement writes every compaction entry, one read finds the retracted seqs.
+
+    Rows the table already holds are deleted first: they are there only when the tables of
+    version 7 outlived the recorded schema version (set back with the newer tables left in
+    place). They describe a past before ``timeline_from``, which the migration moves to
+    ``last_seq``, so no fork can use them, and an older chat-memory may have changed the
+    conversation since without recording it; kept, they would also hold the numbers (``n``
+    0 and 1) the baseline takes. The baseline alone is the state at ``last_seq``, numbered
+    as on a table created now, and later entries follow it."""
     c, e, r, t = tables.conversations, tables.events, tables.retracted, tables.timeline
+    connection.execute(t.delete())
     active = (
         sa.select(sa.func.min(e.c.seq))
         .where(
