@@ -89,16 +89,7 @@ def seed(store: Any, turns: int = 24, batch: int = 12) -> Seeded:
     memory.retract(CONVERSATION, [last.id])
     memory.add(CONVERSATION, Event.assistant("Answer (edited): order 4512 is out for delivery."))
     fork_at = memory.history(CONVERSATION)[-3].seq
-    if callable(getattr(store, "fork", None)):
-        memory.fork(CONVERSATION, FORK, at=fork_at)
-    else:  # a store without the Forks ability yet: the same events, replayed
-        shared = [e for e in memory.history(CONVERSATION) if (e.seq or 0) <= (fork_at or 0)]
-        replay = [
-            e.model_copy(update={"seq": None, "archived": False, "tokens": None})
-            for e in shared
-            if e.type.value != "summary"
-        ]
-        memory.add(FORK, replay)
+    memory.fork(CONVERSATION, FORK, at=fork_at)
     memory.add(
         FORK, [Event.user("Cancel it instead, please."), Event.assistant("Cancelled order 4512.")]
     )
