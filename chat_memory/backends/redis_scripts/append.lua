@@ -43,17 +43,10 @@ for i = HEADER + 1, LAST, 4 do
     return redis.error_reply(string.format('chat-memory: malformed append arguments at event %d', (i - HEADER - 1) / 4))
   end
 end
-local refused = wrong_key_type()
+-- a wrong key type, a digest collision, or an erasure under way refuses the write ({-2})
+local refused, owner = refused_write(cid)
 if refused then
   return refused
-end
-local owner = redis.call('HGET', meta, 'cid')
-if owner and owner ~= cid then
-  return redis.error_reply('chat-memory: two conversation ids share one key digest')
-end
--- an erasure under way refuses what would create the conversation again (reply {-2})
-if not owner and guarded() then
-  return {-2}
 end
 
 local state = redis.call('HMGET', meta, 'last_seq', 'indexed', 'version', 'calls_indexed', 'epoch')

@@ -19,16 +19,9 @@ end
 
 if op == 'meta' then
   local cid, ttl = ARGV[2], tonumber(ARGV[3])
-  local refused = wrong_key_type()
+  local refused, owner = refused_write(cid)
   if refused then
     return refused
-  end
-  local owner = redis.call('HGET', meta, 'cid')
-  if owner and owner ~= cid then
-    return redis.error_reply('chat-memory: two conversation ids share one key digest')
-  end
-  if not owner and guarded() then
-    return {-2}
   end
   if ARGV[8] ~= '' and (redis.call('HGET', meta, 'values') or '{}') ~= ARGV[7] then
     return {-1}

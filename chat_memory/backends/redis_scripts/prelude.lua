@@ -151,6 +151,25 @@ local function wrong_key_type()
   return nil
 end
 
+-- Before a write to conversation `cid`: an error reply when a key holds another type or the
+-- meta key belongs to another conversation id (a digest collision), {-2} when the write would
+-- create the conversation while an erasure guard is live, else nil; and the id the meta key
+-- names (nil: the conversation is new).
+local function refused_write(cid)
+  local refused = wrong_key_type()
+  if refused then
+    return refused
+  end
+  local owner = redis.call('HGET', meta, 'cid')
+  if owner and owner ~= cid then
+    return redis.error_reply('chat-memory: two conversation ids share one key digest')
+  end
+  if not owner and guarded() then
+    return {-2}
+  end
+  return nil, owner
+end
+
 -- The id prefix ('{"id":"…"') of a stored element, or nil.
 local function id_of(element)
   local colon = string.find(element, ':', 1, true)
