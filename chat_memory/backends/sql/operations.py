@@ -22,7 +22,7 @@ import sqlalchemy as sa
 
 from ...errors import ConfigurationError
 from ...event_checks import found_in_window, tool_call_ids, tool_event_ids
-from ...events import PARSE_CACHE_MAX_LENGTH, Event, EventType, Window
+from ...events import Event, EventType, Window
 from ...lifecycle.keys import stored_key
 from ...pins import superseded
 from ...search import RECALL_MARK, MatchMode, SearchQuery, SearchResult, search_text
@@ -52,9 +52,6 @@ _KEYS_PER_QUERY = 500
 #: About one compaction in this many trims the conversation's compaction records (see
 #: :meth:`SQLOperations._keep_record`): the others write the record alone.
 RECORD_TRIM_EVERY = 8
-#: Window envelopes kept parsed per store (see :meth:`SQLOperations._snapshot`), and the
-#: longest kept: :data:`~chat_memory.events.PARSE_CACHE_MAX_LENGTH`, as Event.from_json.
-WINDOW_BODIES_KEPT = 512
 #: The reads that are one statement whatever their arguments.
 _ONE_STATEMENT_READS = frozenset({"load", "history", "retracted", "compactions", "conversations"})
 
@@ -114,10 +111,6 @@ class SQLOperations:
         self.life = LifecycleOperations(tables, self.sql.new_conversation)
         #: Runs the statements of the hot path on the driver's cursor (see driver.py).
         self.driver = Driver()
-        # body -> event: a window is read up to three times a turn (the add's locked read, the
-        # window, the next add's), and a dict look-up costs a fraction of Event.from_json's
-        # own cache; keyed by the whole envelope, so a changed row is parsed (and checked) anew
-        self._bodies: dict[str, Event] = {}
         #: The one statement that reads a conversation's row and its window rows.
         self.window = self.sql.window
 
@@ -201,19 +194,13 @@ class SQLOperations:
         active: list[Event] = []
         summary: Event | None = None
         kind, body = 5 + skip, 6 + skip
-        parse, bodies = Event.from_json, self._bodies
+        parse = Event.from_json  # its own cache returns a window read again without parsing
         with self._stored():
             for row in rows:
                 data = row[body]
                 if data is None:
                     continue
-                stored = bodies.get(data)
-                if stored is None:
-                    stored = parse(data)
-                    if type(data) is str and len(data) <= PARSE_CACHE_MAX_LENGTH:
-                        if len(bodies) >= WINDOW_BODIES_KEPT:
-                            bodies.clear()
-                        bodies[data] = stored
+                stored = parse(data)
                 if row[kind] == _SYSTEM:
                     pinned.append(stored)
                 elif row[kind] == _SUMMARY:
