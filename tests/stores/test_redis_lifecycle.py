@@ -9,7 +9,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -27,7 +26,7 @@ from chat_memory.longterm.redis import namespace_keys
 from chat_memory.testing.lifecycle_conformance import LifecycleConformance
 from tests.conftest import WRITER_PROCESSES
 from tests.fixtures.redis import unique_prefix
-from tests.support.lifecycle_workers import lifecycle_sweeper, lifecycle_writer
+from tests.support.lifecycle_workers import writers_race_sweepers
 
 BACKENDS = [
     pytest.param("redis_server", marks=pytest.mark.redis, id="server"),
@@ -246,42 +245,9 @@ def test_eight_processes_writing_and_sweeping(server: Any, writer_processes: Any
     four sweepers sweep the whole store with the cutoff after the seeds: every idle
     conversation goes with every key, and no event written after the cutoff is lost."""
     url = f"{server.url}?prefix={unique_prefix()}"
-    writers = sweepers = WRITER_PROCESSES // 2
-    rounds = 3
     store = RedisStore.from_url(url)
     memory = ChatMemory(store, {"compaction_strategy": "turn_window", "max_turns": 1})
-    idle: list[str] = []
-    for i in range(6):
-        user = memory.for_user(f"idle{i % 3}", app="app")
-        user.add(f"idle-{i}", [Event.user("q"), Event.assistant("a")])
-        user.add(f"idle-{i}", Event.user(f"idle words {i}"))
-        idle.append(scoped_key(Scope(f"idle{i % 3}", "app"), f"idle-{i}"))
-    memory.add("idle-bare", Event.user("idle words bare"))
-    idle.append("idle-bare")
-    for w in range(writers):
-        memory.for_user(f"user{w}", app="app").add("warm", Event.user(f"seed {w}"))
-    records = [store.conversation_record(k) for k in store.conversations()]
-    cutoff = max(r.last_active_at for r in records if r) + timedelta(milliseconds=1)
-    while datetime.now(timezone.utc) <= cutoff:  # writes from here on are after the cutoff
-        time.sleep(0.001)
-    jobs = [writer_processes.submit(lifecycle_writer, url, w, rounds) for w in range(writers)]
-    jobs += [
-        writer_processes.submit(lifecycle_sweeper, url, cutoff.isoformat(), 2)
-        for _ in range(sweepers)
-    ]
-    results = [job.result(timeout=240) for job in jobs]
-    assert results[:writers] == [2 * rounds] * writers
-    deleted = sum(d for d, _ in results[writers:])
-    seeds_gone = 0
-    for w in range(writers):
-        user = memory.for_user(f"user{w}", app="app")
-        written = [f"w{w} r{r}" for r in range(rounds)]
-        assert [e.content for e in user.history("fresh")] == written
-        warm = [e.content for e in user.history("warm")]
-        assert warm in (written, [f"seed {w}", *written])
-        seeds_gone += warm == written
-    assert deleted == len(idle) + seeds_gone  # each deleted exactly once
-    assert not set(store.conversations()) & set(idle)
+    writers_race_sweepers(memory, url, writer_processes, WRITER_PROCESSES)
     raw = [s for k, v in every_key(store).items() if k.startswith(store.prefix) for s in (k, *v)]
     assert not [s for s in raw if "idle words" in s]
     store.close()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import gzip
 import threading
-import time
 import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
@@ -23,7 +22,7 @@ from chat_memory.backends.s3.layout import conversation_id_of, conversation_key
 from chat_memory.lifecycle import Scope, scoped_key
 from chat_memory.testing.lifecycle_conformance import LifecycleConformance
 from tests.conftest import WRITER_PROCESSES
-from tests.support.lifecycle_workers import lifecycle_sweeper, lifecycle_writer
+from tests.support.lifecycle_workers import writers_race_sweepers
 
 pytestmark = pytest.mark.s3
 
@@ -189,45 +188,9 @@ def test_eight_processes_writing_and_sweeping(
     """Four writers add to their users' conversations (one seeded before the cutoff) while
     four sweepers sweep the whole store with the cutoff after the seeds: every idle
     conversation goes, with every object, and no event written after the cutoff is lost."""
-    writers = sweepers = WRITER_PROCESSES // 2
-    rounds = 3
     store = S3Store.from_url(s3_server_url)
     memory = ChatMemory(store, {"compaction_strategy": "turn_window", "max_turns": 1})
-    idle: list[str] = []
-    for i in range(6):
-        user = memory.for_user(f"idle{i % 3}", app="app")
-        user.add(f"idle-{i}", [Event.user("q"), Event.assistant("a")])
-        user.add(f"idle-{i}", Event.user("archived the first turn"))
-        idle.append(scoped_key(Scope(f"idle{i % 3}", "app"), f"idle-{i}"))
-    memory.add("idle-bare", Event.user("bare"))
-    idle.append("idle-bare")
-    for w in range(writers):
-        memory.for_user(f"user{w}", app="app").add("warm", Event.user(f"seed {w}"))
-    records = [store.conversation_record(k) for k in store.conversations()]
-    cutoff = max(r.last_active_at for r in records if r) + timedelta(milliseconds=1)
-    while datetime.now(timezone.utc) <= cutoff:  # writes from here on are after the cutoff
-        time.sleep(0.001)
-    jobs = [
-        writer_processes.submit(lifecycle_writer, s3_server_url, w, rounds) for w in range(writers)
-    ]
-    jobs += [
-        writer_processes.submit(lifecycle_sweeper, s3_server_url, cutoff.isoformat(), 2)
-        for _ in range(sweepers)
-    ]
-    results = [job.result(timeout=240) for job in jobs]
-    assert results[:writers] == [2 * rounds] * writers
-    deleted = sum(d for d, _ in results[writers:])
-    seeds_gone = 0
-    for w in range(writers):
-        user = memory.for_user(f"user{w}", app="app")
-        written = [f"w{w} r{r}" for r in range(rounds)]
-        assert [e.content for e in user.history("fresh")] == written
-        warm = [e.content for e in user.history("warm")]
-        assert warm in (written, [f"seed {w}", *written])
-        seeds_gone += warm == written
-    assert deleted == len(idle) + seeds_gone  # each deleted exactly once
-    left = set(store.conversations())
-    assert not left & set(idle)
+    idle = writers_race_sweepers(memory, s3_server_url, writer_processes, WRITER_PROCESSES)
     folders = [store.layout.archive(k) for k in idle] + [store.layout.head(k) for k in idle]
     objects = every_object(store)
     assert not [k for k in objects for f in folders if k.startswith(f)]

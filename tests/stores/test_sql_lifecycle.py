@@ -20,12 +20,12 @@ from chat_memory.backends.base import Store
 from chat_memory.backends.sql import SCHEMA_VERSION, AsyncSQLStore, SQLStore
 from chat_memory.backends.sql.schema import UNSCOPED_SCOPE_KEY, scope_key
 from chat_memory.errors import ConcurrencyError
-from chat_memory.lifecycle import Scope, scoped_key
+from chat_memory.lifecycle import Scope
 from chat_memory.longterm import long_term_memory
 from chat_memory.testing.lifecycle_conformance import LifecycleConformance
 from tests.conftest import WRITER_PROCESSES
 from tests.services.postgres import PostgresServer
-from tests.support.lifecycle_workers import lifecycle_sweeper, lifecycle_writer
+from tests.support.lifecycle_workers import writers_race_sweepers
 
 
 @pytest.fixture
@@ -258,42 +258,9 @@ def test_eight_processes_writing_and_sweeping(
     four sweepers sweep the whole store with the cutoff after the seeds: every idle
     conversation goes with every row it owns, each once, and no write after the cutoff is lost."""
     store_url: str = request.getfixturevalue(url)
-    writers = sweepers = WRITER_PROCESSES // 2
-    rounds = 3
     store = SQLStore.from_url(store_url)
     memory = ChatMemory(store, {"compaction_strategy": "turn_window", "max_turns": 1})
-    idle: list[str] = []
-    for i in range(6):
-        user = memory.for_user(f"idle{i % 3}", app="app")
-        user.add(f"idle-{i}", [Event.user("q"), Event.assistant("a")])
-        user.add(f"idle-{i}", Event.user("archived the first turn"))
-        idle.append(scoped_key(Scope(f"idle{i % 3}", "app"), f"idle-{i}"))
-    memory.add("idle-bare", Event.user("bare"))
-    idle.append("idle-bare")
-    for w in range(writers):
-        memory.for_user(f"user{w}", app="app").add("warm", Event.user(f"seed {w}"))
-    records = [store.conversation_record(k) for k in store.conversations()]
-    cutoff = max(r.last_active_at for r in records if r) + timedelta(milliseconds=1)
-    while datetime.now(timezone.utc) <= cutoff:  # writes from here on are after the cutoff
-        pass
-    jobs = [writer_processes.submit(lifecycle_writer, store_url, w, rounds) for w in range(writers)]
-    jobs += [
-        writer_processes.submit(lifecycle_sweeper, store_url, cutoff.isoformat(), 2)
-        for _ in range(sweepers)
-    ]
-    results = [job.result(timeout=240) for job in jobs]
-    assert results[:writers] == [2 * rounds] * writers
-    deleted = sum(d for d, _ in results[writers:])
-    seeds_gone = 0
-    for w in range(writers):
-        user = memory.for_user(f"user{w}", app="app")
-        written = [f"w{w} r{r}" for r in range(rounds)]
-        assert [e.content for e in user.history("fresh")] == written
-        warm = [e.content for e in user.history("warm")]
-        assert warm in (written, [f"seed {w}", *written])
-        seeds_gone += warm == written
-    assert deleted == len(idle) + seeds_gone  # each deleted exactly once
-    assert not set(store.conversations()) & set(idle)
+    writers_race_sweepers(memory, store_url, writer_processes, WRITER_PROCESSES)
     tables = store.tables
     with store.engine.connect() as connection:  # no row left of a deleted conversation
         refs = sa.select(tables.conversations.c.id)
