@@ -1,4 +1,4 @@
-"""The fork property test (tests/engine/test_fork.py) on the real redis-server and the real Redis
+"""The fork property test (tests/engine/test_fork.py, parts in tests/support/forks.py) on the real redis-server and the real Redis
 Cluster, sync and with the native async store: random traffic and strategies, the model window
 and history recorded at every seq, a fork at each seq shows exactly them, and later writes to
 either side never show in the other. Fewer examples than on memory:// (each is a few hundred
@@ -16,14 +16,16 @@ from hypothesis import strategies as st
 from chat_memory import AsyncChatMemory, ChatMemory, MemoryConfig
 from chat_memory.backends.redis import RedisStore
 from chat_memory.backends.redis_aio import AsyncRedisStore
-from tests.engine.test_fork import (
+from tests.fixtures.redis import unique_prefix
+from tests.support.forks import (
     OPERATIONS,
     STRATEGIES,
-    _check_independent,
-    _traffic,
+    check_forks,
+    check_forks_async,
+    check_independent,
     summarize,
+    traffic,
 )
-from tests.fixtures.redis import unique_prefix
 from tests.support.helpers import fixed_tokens
 
 BACKENDS = [
@@ -55,13 +57,9 @@ def test_a_fork_at_any_seq_shows_exactly_the_window_and_history_then(
 ) -> None:
     memory = _memory(f"{server_url}?prefix={unique_prefix()}", config)
     try:
-        seen = _traffic(memory, operations)
-        for seq, (window, history) in seen.items():
-            if seq:
-                assert memory.fork("c", f"fork-{seq}", at=seq) == memory.window(f"fork-{seq}")
-                assert memory.model_window(f"fork-{seq}") == window, seq
-                assert memory.history(f"fork-{seq}") == history, seq
-        _check_independent(memory, max(seen))
+        seen = traffic(memory, operations)
+        check_forks(memory, seen)
+        check_independent(memory, max(seen))
     finally:
         memory.store.close()
 
@@ -78,7 +76,7 @@ def test_a_native_async_fork_at_any_seq_shows_exactly_the_window_then(
     url = f"{server_url}?prefix={unique_prefix()}"
     writer = _memory(url, config)
     try:
-        seen = _traffic(writer, operations)
+        seen = traffic(writer, operations)
     finally:
         writer.store.close()
 
@@ -86,11 +84,7 @@ def test_a_native_async_fork_at_any_seq_shows_exactly_the_window_then(
         store = AsyncRedisStore.from_url(url)
         memory = AsyncChatMemory(store, MemoryConfig(**config), summarize, fixed_tokens)
         try:
-            for seq, (window, history) in seen.items():
-                if seq:
-                    await memory.fork("c", f"fork-{seq}", at=seq)
-                    assert await memory.model_window(f"fork-{seq}") == window, seq
-                    assert await memory.history(f"fork-{seq}") == history, seq
+            await check_forks_async(memory, seen)
         finally:
             await memory.aclose()
 

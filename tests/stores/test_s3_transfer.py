@@ -26,7 +26,7 @@ from chat_memory.backends.s3.timeline import INLINE_ENTRIES
 from chat_memory.errors import InvalidInputError
 from chat_memory.testing.transfer_conformance import TransferConformance
 from chat_memory.transfer import copy_store
-from tests.engine.test_fork import OPERATIONS, STRATEGIES, _traffic, _turn, summarize
+from tests.support.forks import OPERATIONS, STRATEGIES, summarize, traffic, turn
 from tests.support.helpers import fixed_tokens
 
 
@@ -96,7 +96,7 @@ def test_an_s3_fork_at_any_seq_shows_exactly_the_window_and_history_then(
 ) -> None:
     store = _small(S3Store(s3_mock_client, "chat-memory-mock", f"fork-{uuid.uuid4().hex[:12]}"))
     memory = _memory(store, config)
-    seen = _traffic(memory, operations)
+    seen = traffic(memory, operations)
 
     async def fork_async(seq: int) -> tuple[Any, Any]:
         async_memory = AsyncChatMemory(store, memory.config, summarize, fixed_tokens)
@@ -127,7 +127,7 @@ def test_a_fork_at_the_last_seq_copies_every_segment_server_side(s3_mock_store: 
     memory = _memory(store, STRATEGIES[1])
     then: tuple[int, Any, Any] = (0, None, None)
     for i in range(24):  # a compaction a turn from the third: 22 entries, a segment spilled
-        memory.add("c", _turn(i, call=i % 5 == 0, system=i == 0))
+        memory.add("c", turn(i, call=i % 5 == 0, system=i == 0))
         if i == 18:
             then = (store.load("c").last_seq, memory.model_window("c"), memory.history("c"))
     memory.retract("c", [memory.window("c")[-1].id])
@@ -166,11 +166,11 @@ def test_a_fork_at_the_last_seq_copies_every_segment_server_side(s3_mock_store: 
 def test_the_archive_cap_records_the_pins_it_drops_on_s3(s3_mock_client: Any) -> None:
     store = S3Store(s3_mock_client, "chat-memory-mock", "pins", max_archived_events=2)
     memory = _memory(store, STRATEGIES[1])
-    memory.add("c", [Event.system("old rule"), *_turn(1, call=False, system=False)])  # 1-3
-    memory.add("c", _turn(2, call=False, system=False))  # 4-5
-    memory.add("c", _turn(3, call=False, system=False))  # 6-7
-    memory.add("c", [Event.system("new rule"), *_turn(4, call=False, system=False)])  # 8-10
-    memory.add("c", _turn(5, call=False, system=False))
+    memory.add("c", [Event.system("old rule"), *turn(1, call=False, system=False)])  # 1-3
+    memory.add("c", turn(2, call=False, system=False))  # 4-5
+    memory.add("c", turn(3, call=False, system=False))  # 6-7
+    memory.add("c", [Event.system("new rule"), *turn(4, call=False, system=False)])  # 8-10
+    memory.add("c", turn(5, call=False, system=False))
     dump = store.dump("c")
     assert dump is not None
     assert {"kind": "dropped_pin", "seq": 1, "key": "system"} in dump.timeline
@@ -185,7 +185,7 @@ def test_a_head_stored_before_timelines_refuses_earlier_forks_and_reports_where_
     store = s3_mock_store
     memory = _memory(store, STRATEGIES[1])
     for i in range(4):
-        memory.add("c", _turn(i, call=False, system=False))
+        memory.add("c", turn(i, call=False, system=False))
     key = store.layout.head("c")
     doc = json.loads(store.client.get_object(Bucket=store.bucket, Key=key)["Body"].read())
     del doc["timeline"]  # as chat-memory before this change wrote it
@@ -195,9 +195,9 @@ def test_a_head_stored_before_timelines_refuses_earlier_forks_and_reports_where_
     assert dump is not None and dump.timeline_from == 8 and dump.timeline == ()
     with pytest.raises(InvalidInputError, match=r"at \(5\) is before.*from seq 8"):
         memory.fork("c", "f", at=5)
-    memory.add("c", _turn(9, call=False, system=False))  # 9-10, compacts: the timeline starts
+    memory.add("c", turn(9, call=False, system=False))  # 9-10, compacts: the timeline starts
     window_at_10 = memory.window("c")
-    memory.add("c", _turn(10, call=False, system=False))  # 11-12
+    memory.add("c", turn(10, call=False, system=False))  # 11-12
     memory.fork("c", "f", at=10)
     assert memory.window("f") == window_at_10
     later = store.dump("c")
@@ -216,11 +216,11 @@ def test_copying_memory_to_s3_and_back_preserves_everything(s3_mock_client: Any)
     source = InMemoryStore()
     memory = _memory(source, STRATEGIES[4])
     for i in range(8):
-        memory.add("c", _turn(i, call=i % 3 == 0, system=i in (0, 5)))
+        memory.add("c", turn(i, call=i % 3 == 0, system=i in (0, 5)))
     memory.retract("c", [memory.window("c")[-1].id])
     memory.rewind("c", memory.store.load("c").last_seq - 2)
     alice = memory.for_user("alice", app="support")
-    alice.add("chat", _turn(1, call=True, system=False))
+    alice.add("chat", turn(1, call=True, system=False))
     alice.set_metadata("chat", title="First", tags=["vip", "billing"], priority="high")
     s3 = _small(S3Store(s3_mock_client, "chat-memory-mock", f"copy-{uuid.uuid4().hex[:12]}"))
     back = InMemoryStore()
@@ -253,7 +253,7 @@ def test_the_s3_archive_cap_drops_pins_and_refuses_forks_as_memory_does(
     results = []
     for store in (InMemoryStore(max_archived_events=6), s3):
         memory = _memory(store, STRATEGIES[1])
-        seen = _traffic(memory, operations)
+        seen = traffic(memory, operations)
         dump = store.dump("c")
         assert dump is not None
         dropped = [e for e in dump.timeline if e["kind"] == "dropped_pin"]

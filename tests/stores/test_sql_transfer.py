@@ -33,8 +33,8 @@ from chat_memory.testing.transfer_conformance import (
     _turn,
 )
 from chat_memory.transfer import copy_store
-from tests.engine.test_fork import OPERATIONS, STRATEGIES, summarize
-from tests.engine.test_fork import _traffic as _random_traffic
+from tests.support.forks import OPERATIONS, STRATEGIES, summarize
+from tests.support.forks import traffic as _random_traffic
 from tests.support.helpers import fixed_tokens
 
 URLS = ["sqlite_url", pytest.param("postgres_url", marks=pytest.mark.postgres)]
