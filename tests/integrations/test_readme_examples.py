@@ -24,6 +24,7 @@ EXAMPLES = {
         ],
     ),
     "library_quickstart.py": ("chat_memory", []),
+    "lifecycle.py": ("chat_memory", ["['Refund']\n['I was charged twice.']\n[]\n0\n2\n"]),
 }
 
 
