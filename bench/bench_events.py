@@ -29,6 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.bench_append_cost import history
 from chat_memory import ChatMemory, Event, MemoryConfig
 from chat_memory.backends import bookkeeping, in_memory
 from chat_memory.backends.base import CompactionPlan
@@ -119,19 +120,6 @@ def counting() -> Iterator[Counter[str]]:
                 delattr(Event, name)
             else:
                 setattr(Event, name, value)
-
-
-def history(n: int) -> list[Event]:
-    events: list[Event] = []
-    while len(events) < n:
-        k = len(events)
-        events += [
-            Event.user(f"question {k}", tokens=2),
-            Event.tool_call("lookup", {"k": k}, call_id=f"h-{k}", tokens=3),
-            Event.tool_result(f"h-{k}", f"result {k}", name="lookup", tokens=2),
-            Event.assistant(f"answer {k}", tokens=2),
-        ]
-    return events[:n]
 
 
 def turn(memory: ChatMemory, k: int) -> None:
