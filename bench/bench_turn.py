@@ -27,6 +27,7 @@ import gc
 import importlib
 import json
 import os
+import sqlite3
 import statistics
 import subprocess
 import sys
@@ -139,13 +140,43 @@ def count_turns(subject: TurnSubject, snapshot: Path, events: int, work: Path) -
     try:
         for i in range(WARM_TURNS):
             subject.turn(10_000_000 + i)
+        wal = WalFrames(work) if work.exists() else None
         with counting() as counts:
             for i in range(COUNTED_TURNS):
                 subject.turn(i)
-        return {name: value / COUNTED_TURNS for name, value in counts.items()}
+        per_turn = {name: value / COUNTED_TURNS for name, value in counts.items()}
+        written = wal.written() if wal is not None else None
+        if written is not None:
+            per_turn["WAL pages"] = written / COUNTED_TURNS
+        return per_turn
     finally:
         subject.close()
         remove_database(work)
+
+
+class WalFrames:
+    """The pages a SQLite database's commits write to its WAL from now on: the WAL is
+    checkpointed and truncated here (every connection of the subject idle), then
+    :meth:`written` counts its frames. A commit writes every page it changed whatever was
+    checkpointed before, so the count is the subject's own."""
+
+    #: SQLite's default ``wal_autocheckpoint``: past it a checkpoint may restart the WAL and
+    #: overwrite frames (the file never shrinks but by a truncation), so no count is given.
+    AUTOCHECKPOINT = 1000
+
+    def __init__(self, path: Path) -> None:
+        self.wal = Path(f"{path}-wal")
+        with sqlite3.connect(path) as connection:
+            connection.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def written(self) -> int | None:
+        """Frames written since the truncation (None past :attr:`AUTOCHECKPOINT`)."""
+        if not self.wal.exists() or self.wal.stat().st_size < 32:
+            return 0
+        with self.wal.open("rb") as wal:
+            page_size = int.from_bytes(wal.read(12)[8:12], "big")
+        frames = (self.wal.stat().st_size - 32) // (page_size + 24)
+        return frames if frames < self.AUTOCHECKPOINT else None
 
 
 def remove_database(path: Path) -> None:

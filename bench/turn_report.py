@@ -26,7 +26,7 @@ SDK, SDK_EQUAL, FLOOR = (
     "raw sqlite3 + json · WAL + NORMAL",
 )
 FLOOR_FULL = "raw sqlite3 + json · WAL + FULL"
-METRICS = ["SQL statements", "BEGIN", "COMMITs", "transactions", "ROLLBACKs"]
+METRICS = ["WAL pages", "SQL statements", "BEGIN", "COMMITs", "transactions", "ROLLBACKs"]
 METRICS += ["Event.from_json", "Event JSON parses", "Redis commands", "Redis round trips"]
 
 
@@ -181,6 +181,8 @@ def report(run: TurnRun) -> str:
         "",
         f"## Per turn, the mean of {run.counted_turns} turns",
         "",
+        "WAL pages: 4 KiB pages the turn's commits write to SQLite's write-ahead log (counted "
+        "from the WAL file, checkpointed before). "
         "SQL statements: `before_cursor_execute`, BEGIN counted apart; COMMITs and "
         "transactions: the engine's `commit` and `begin` events. `Event.from_json`: calls; "
         "Event JSON parses: by any path (pydantic's `validate_json`). Redis: commands and "
