@@ -65,6 +65,8 @@ class AsyncChatMemory:
         self.summarizer = self._decisions.summarizer
         self.strategy = self._decisions.strategy
         self.token_counter = self._decisions.token_counter
+        #: the store add() last ran on, and whether it has AppendsWithoutWindow
+        self._lean: tuple[AsyncStore, bool] | None = None
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -73,16 +75,20 @@ class AsyncChatMemory:
         """:meth:`ChatMemory.add <chat_memory.ChatMemory.add>`: append atomically and in
         order, idempotent per event id, tool pairs checked, compaction when a limit is
         exceeded (a failing compaction does not fail the append)."""
-        lean = all(
-            callable(getattr(self.store, name, None))
-            for name in ("append_without_window", "find_events")
-        )
+        store = self.store
+        known = self._lean
+        if known is None or known[0] is not store:  # found once per store, not per add
+            lean = all(
+                callable(getattr(store, name, None))
+                for name in ("append_without_window", "find_events")
+            )
+            known = self._lean = (store, lean)
         return await _admitted(
             self._decisions.add(
                 conversation_id,
                 events,
                 self.store.compacts_while_appending,
-                lean,
+                known[1],
                 # (a wrapper that forwards every name to a sync store may not have it)
                 getattr(self.store, "checks_tool_pairs", False) is True,
             ),

@@ -98,7 +98,11 @@ class CompactionRecord:
 
     def to_json(self) -> dict[str, Any]:
         """The record as stored: fields that are None are left out (it rides in S3 heads)."""
-        data = {key: value for key, value in dataclasses.asdict(self).items() if value is not None}
+        # every field holds a plain value (no list, dict or dataclass): no deep copy is needed,
+        # as dataclasses.asdict would make
+        data = {
+            name: value for name in _RECORD_FIELDS if (value := getattr(self, name)) is not None
+        }
         data["at"] = self.at.isoformat(timespec="milliseconds")
         return data
 
@@ -108,6 +112,9 @@ class CompactionRecord:
         values = {key: value for key, value in data.items() if key in known}
         values["at"] = datetime.fromisoformat(values["at"])
         return cls(**values)
+
+
+_RECORD_FIELDS = tuple(field.name for field in dataclasses.fields(CompactionRecord))
 
 
 class Compactor:

@@ -354,7 +354,17 @@ def _require_retracts(retracts: bool) -> None:
 def _stored_copies(snapshot: Snapshot, batch: list[Event]) -> list[Event]:
     """The stored copy of each event of ``batch``, in its order: the one just appended or,
     for an event whose id was in the window already, the one stored before."""
-    by_id = {e.id: e for e in (*snapshot.window.pinned, *snapshot.window.active)}
+    active = snapshot.window.active
+    start = len(active) - len(batch)
+    if start >= 0:
+        # the common case, looked at first: the batch is the window's newest events (ids are
+        # unique in a window, so these are the very copies the look-up below would find)
+        for stored, event in zip(active[start:], batch):
+            if stored.id != event.id:
+                break
+        else:
+            return list(active[start:])
+    by_id = {e.id: e for e in (*snapshot.window.pinned, *active)}
     try:
         return [by_id[e.id] for e in batch]
     except KeyError as exc:

@@ -60,6 +60,8 @@ class ChatMemory:
         self.summarizer = self._decisions.summarizer
         self.strategy = self._decisions.strategy
         self.token_counter = self._decisions.token_counter
+        #: the store add() last ran on, and its append abilities (see _append_abilities)
+        self._abilities: tuple[Store, bool, bool, bool] | None = None
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -77,15 +79,12 @@ class ChatMemory:
         already be in the window, and a ``tool_result`` must answer a call that exists in
         the conversation (earlier in the list, in the window, or archived) and has no
         result yet. See docs/tool-pairs.md."""
-        compacting = isinstance(self.store, CompactsWhileAppending)
-        lean = all(
-            callable(getattr(self.store, name, None))
-            for name in ("append_without_window", "find_events")
-        )
-        checks = isinstance(self.store, ChecksToolPairs)
-        return run(
-            self._decisions.add(conversation_id, events, compacting, lean, checks), self.store
-        )
+        store = self.store
+        known = self._abilities
+        if known is None or known[0] is not store:  # found once per store, not per add
+            known = self._abilities = (store, *_append_abilities(store))
+        _, compacting, lean, checks = known
+        return run(self._decisions.add(conversation_id, events, compacting, lean, checks), store)
 
     def compact(self, conversation_id: str, force: bool = False) -> CompactionResult:
         """Run the strategy now (the "Compact" button); raises when the summarizer or the
@@ -298,6 +297,19 @@ class ChatMemory:
             lifecycle.forget(self.scope, user, app, conversation, _keeps(self.store)),
             self.store,
         )
+
+
+def _append_abilities(store: Store) -> tuple[bool, bool, bool]:
+    """Which of its appends ``add()`` can use on ``store``: CompactsWhileAppending,
+    AppendsWithoutWindow (found by name, as the async engine does) and ChecksToolPairs."""
+    lean = all(
+        callable(getattr(store, name, None)) for name in ("append_without_window", "find_events")
+    )
+    return (
+        isinstance(store, CompactsWhileAppending),
+        lean,
+        isinstance(store, ChecksToolPairs),
+    )
 
 
 def _keeps(store: Any) -> bool:

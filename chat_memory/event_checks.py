@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from . import steps
+from .backends.bookkeeping import replaced, replaced_in_place
 from .config import MemoryConfig
+from .envelopes import as_stored_everywhere
 from .errors import InvalidEventError
 from .events import Event, EventType, Window
 from .pins import check_pin_key, pin_key
@@ -41,19 +43,20 @@ def prepared_batch(
     else:
         raise InvalidEventError(f"events ({events!r}) must be an Event or a list of events")
     for i, event in enumerate(batch):
-        if not isinstance(event, Event):
+        if type(event) is not Event and not isinstance(event, Event):
             raise InvalidEventError(
                 f"events[{i}] ({event!r}) is not an Event; build one with Event.user(...) etc."
             )
-        if event.type is EventType.SUMMARY:
+        kind = event.type
+        if kind is EventType.SUMMARY:
             raise InvalidEventError(
                 f"events[{i}] has type 'summary': summaries are written by compaction only"
             )
-        if event.type in (EventType.TOOL_CALL, EventType.TOOL_RESULT) and not event.tool_call_id:
+        if kind in _TOOL_TYPES and not event.tool_call_id:
             raise InvalidEventError(
-                f"events[{i}].tool_call_id ({event.tool_call_id!r}) must be set for a {event.type.value}"
+                f"events[{i}].tool_call_id ({event.tool_call_id!r}) must be set for a {kind.value}"
             )
-        if event.type is EventType.TOOL_CALL and not event.tool_name:
+        if kind is EventType.TOOL_CALL and not event.tool_name:
             raise InvalidEventError(
                 f"events[{i}].tool_name ({event.tool_name!r}) must be set for a tool_call"
             )
@@ -64,11 +67,12 @@ def prepared_batch(
             raise InvalidEventError(
                 f"events[{i}].id ({event.id!r}) repeats events[{j}].id; every event needs its own id"
             )
-    batch = [_as_stored_everywhere(i, e) for i, e in enumerate(batch)]
+    batch = [as_stored_everywhere(i, e) for i, e in enumerate(batch)]
     pinned_at: dict[str, int] = {}
+    system = EventType.SYSTEM  # a local: an enum member is slow to look up on its class
     for i, event in enumerate(batch):
-        check_pin_key(i, event)
-        if event.type is EventType.SYSTEM:
+        if event.type is system:
+            check_pin_key(i, event)
             j = pinned_at.setdefault(pin_key(event), i)
             if j != i:
                 raise InvalidEventError(
@@ -77,14 +81,28 @@ def prepared_batch(
                 )
     if not checked_in_store:
         tool_names = yield from checked_tool_events(cid, batch, finds_events)
-        batch = [_named_after_call(e, tool_names) for e in batch]
-    return [sized(i, e, config, token_counter) for i, e in enumerate(batch)]
+        if tool_names:
+            batch = [_named_after_call(e, tool_names) for e in batch]
+    # every event of ``batch`` is now one this function made (parsed back, or a copy): none
+    # is the caller's, so each is sized in place (see sized)
+    return [sized(i, e, config, token_counter, fresh=True) for i, e in enumerate(batch)]
 
 
-def sized(index: int, event: Event, config: MemoryConfig, token_counter: TokenCounter) -> Event:
+def sized(
+    index: int,
+    event: Event,
+    config: MemoryConfig,
+    token_counter: TokenCounter,
+    *,
+    fresh: bool = False,
+) -> Event:
     """The event with its token count, a tool result cut to ``max_tool_result_tokens``
     (with a visible note) when that is set; refused when it is larger than the whole
-    context window, which no compaction could make room for."""
+    context window, which no compaction could make room for.
+
+    ``fresh``: nothing but the caller holds ``event`` (it was just parsed or copied for
+    this add), so the store-assigned fields are set on it rather than on a copy, as
+    ``model_copy`` would set them (the names join its ``model_fields_set``)."""
     tokens = count_event_tokens(event, token_counter)
     cap = config.max_tool_result_tokens
     if event.type is EventType.TOOL_RESULT and cap is not None and tokens > cap:
@@ -101,9 +119,8 @@ def sized(index: int, event: Event, config: MemoryConfig, token_counter: TokenCo
             f"events[{index}] ({event.type.value}) has {tokens} tokens, more than the whole context window "
             f"(context_window_tokens = {window}); shorten it{hint}"
         )
-    return event.model_copy(
-        update={"seq": None, "archived": False, "retracted": False, "tokens": tokens}
-    )
+    changes = {"seq": None, "archived": False, "retracted": False, "tokens": tokens}
+    return replaced_in_place(event, changes) if fresh else replaced(event, changes)
 
 
 def checked_tool_events(
@@ -282,7 +299,7 @@ def _named_after_call(event: Event, tool_names: dict[str, str | None]) -> Event:
         or event.tool_call_id not in tool_names
     ):
         return event
-    return event.model_copy(update={"tool_name": tool_names[event.tool_call_id]})
+    return replaced(event, {"tool_name": tool_names[event.tool_call_id]})
 
 
 _TOOL_TYPES = (EventType.TOOL_CALL, EventType.TOOL_RESULT)
@@ -294,17 +311,6 @@ def _answered_already(index: int, call_id: str, cid: str, result: Event) -> Inva
         f"events[{index}] is a second tool_result for tool_call_id {call_id!r} in conversation {cid!r}: "
         f"the call already has its result (seq {result.seq}, {where}); a call takes one result"
     )
-
-
-def _as_stored_everywhere(index: int, event: Event) -> Event:
-    """The event as every backend keeps it: its JSON envelope read back (a tuple becomes a
-    list, NaN becomes null). What JSON cannot carry (a lone surrogate, a tool argument that
-    is no JSON value) is refused here, alike on every backend, instead of failing in one
-    driver and being kept as is by the in-memory store."""
-    try:
-        return Event.from_json(event.to_json())
-    except ValueError as exc:
-        raise InvalidEventError(f"events[{index}] cannot be stored as JSON: {exc}") from None
 
 
 __all__ = [

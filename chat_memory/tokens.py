@@ -43,8 +43,13 @@ def default_token_counter() -> TokenCounter:
         )
         return estimate_tokens
 
+    # encode_ordinary gives the tokens of encode(text, disallowed_special=()) (special-token
+    # text counted as plain text) without scanning for special tokens first
+    # (tests/engine/test_token_encoding.py checks the two agree)
+    encode = encoding.encode_ordinary
+
     def count(text: str) -> int:
-        return len(encoding.encode(text, disallowed_special=()))
+        return len(encode(text))
 
     return count
 
@@ -55,7 +60,10 @@ def count_event_tokens(event: Event, counter: TokenCounter) -> int:
     text = event.text()
     try:
         tokens = counter(text)
-        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 0:
+        # (an exact int, the usual answer, is told apart first: no isinstance for it)
+        if (
+            type(tokens) is not int and (isinstance(tokens, bool) or not isinstance(tokens, int))
+        ) or tokens < 0:
             raise ValueError(f"token counter returned {tokens!r}")
     except Exception as exc:
         log.warning("chat-memory: token counter failed (%s); estimating instead", exc)

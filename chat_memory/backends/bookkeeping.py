@@ -101,10 +101,46 @@ def replaced(event: Event, changes: dict[str, Any]) -> Event:
     return copied
 
 
+def with_every_field_set(event: Event, changes: dict[str, Any]) -> Event:
+    """A copy of ``event`` (an Event itself, without extra or private attributes) with
+    ``changes``, whose ``model_fields_set`` names every field, as that of an event parsed
+    from its envelope does (a shared set, as :func:`replaced` gives)."""
+    copied = _new_event(Event)
+    _set(copied, "__dict__", {**event.__dict__, **changes})
+    _set(copied, "__pydantic_extra__", None)
+    _set(copied, "__pydantic_fields_set__", _ALL_FIELDS)
+    _set(copied, "__pydantic_private__", None)
+    return copied
+
+
+def replaced_in_place(event: Event, changes: dict[str, Any]) -> Event:
+    """:func:`replaced` made on ``event`` itself, for an event nothing else holds yet (one an
+    ``add()`` has just parsed or copied): the same fields and field set, no copy. An event
+    :func:`replaced` would not copy cheaply is copied as it would."""
+    if (
+        type(event) is not Event
+        or event.__pydantic_extra__ is not None
+        or event.__pydantic_private__ is not None
+    ):
+        return replaced(event, changes)
+    event.__dict__.update(changes)
+    # a shared set, never the event's own set changed: it may be one shared already
+    _set(
+        event, "__pydantic_fields_set__", _shared_fields_set(event.__pydantic_fields_set__, changes)
+    )
+    return event
+
+
 def _shared_fields_set(owned: set[str], changes: dict[str, Any]) -> set[str]:
+    """The shared set of the names in ``owned`` and ``changes`` (both Event field names)."""
+    if len(owned) == _FIELD_COUNT:
+        return _ALL_FIELDS  # every field named already (as a parsed envelope names them)
     if _SHARED_BY_ID.get(id(owned)) is owned and owned.issuperset(changes):
         return owned  # a shared set already, and the changes add no name to it
-    key = frozenset(owned.union(changes))
+    return _shared(frozenset(owned.union(changes)))
+
+
+def _shared(key: frozenset[str]) -> set[str]:
     shared = _FIELDS_SETS.get(key)
     if shared is None:
         # at most one set per combination of Event's 13 field names; kept for good, so
@@ -116,6 +152,8 @@ def _shared_fields_set(owned: set[str], changes: dict[str, Any]) -> set[str]:
 
 _FIELDS_SETS: dict[frozenset[str], set[str]] = {}
 _SHARED_BY_ID: dict[int, set[str]] = {}
+_FIELD_COUNT = len(Event.model_fields)
+_ALL_FIELDS = _shared(frozenset(Event.model_fields))
 _new_event = object.__new__
 _set = object.__setattr__
 

@@ -69,36 +69,47 @@ def wrap_driver_errors(method: F) -> F:
 
         @functools.wraps(method)
         async def awrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-            with _driver_errors(self, method):
+            # try/except, not a context manager: every store call pays this wrapper
+            try:
                 return await method(self, *args, **kwargs)
+            except ChatMemoryError:
+                raise
+            except Exception as exc:
+                error = _storage_error(self, method, exc)
+                if error is None:
+                    raise
+                raise error from exc
 
         wrapper: Any = awrapper
     else:
 
         @functools.wraps(method)
         def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
-            with _driver_errors(self, method):
+            try:
                 return method(self, *args, **kwargs)
+            except ChatMemoryError:
+                raise
+            except Exception as exc:
+                error = _storage_error(self, method, exc)
+                if error is None:
+                    raise
+                raise error from exc
 
     wrapper._wraps_driver_errors = True
     result: F = wrapper
     return result
 
 
-@contextmanager
-def _driver_errors(store: Any, method: Callable[..., Any]) -> Iterator[None]:
-    try:
-        yield
-    except ChatMemoryError:
-        raise
-    except Exception as exc:
-        if not isinstance(exc, driver_exceptions(type(store))):
-            raise
-        # a driver's message may quote a URL (a connection string, an endpoint): never its secrets
-        raise StorageError(
-            f"{type(store).__name__}.{method.__name__} failed: {type(exc).__name__}: "
-            f"{redact_message(str(exc))}"
-        ) from exc
+def _storage_error(store: Any, method: Callable[..., Any], exc: Exception) -> StorageError | None:
+    """The :class:`StorageError` a driver's exception escaping ``store.method`` becomes;
+    None for any other exception (it propagates as itself)."""
+    if not isinstance(exc, driver_exceptions(type(store))):
+        return None
+    # a driver's message may quote a URL (a connection string, an endpoint): never its secrets
+    return StorageError(
+        f"{type(store).__name__}.{method.__name__} failed: {type(exc).__name__}: "
+        f"{redact_message(str(exc))}"
+    )
 
 
 @contextmanager

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 from ..errors import ConfigurationError, InvalidInputError
 from ..event_checks import tool_call_ids, tool_event_ids
-from ..events import Event, EventType, Window
+from ..events import Event, EventType, window_of
 from ..pins import superseded
 from ..search import SearchQuery, SearchResult, search_events
 from .base import (
@@ -107,13 +107,17 @@ class _Conversation:
             del self.by_id[event.id]
         self.dropped(event)
 
-    def dropped(self, event: Event) -> None:
-        """An archived event the archive cap deleted."""
-        if self.tools.pop(event.seq or 0, None) is not None and event.tool_call_id in self.calls:
-            seqs = self.calls[event.tool_call_id]
-            seqs.remove(event.seq or 0)
+    def dropped(self, event: Held) -> None:
+        """An archived event the archive cap deleted (as held, packed or not)."""
+        seq = event.seq or 0
+        if self.tools.pop(seq, None) is None:
+            return
+        call_id = event.tool_call_id
+        seqs = None if call_id is None else self.calls.get(call_id)
+        if call_id is not None and seqs is not None:
+            seqs.remove(seq)
             if not seqs:
-                del self.calls[event.tool_call_id]
+                del self.calls[call_id]
 
 
 _TOOL_TYPES = (EventType.TOOL_CALL, EventType.TOOL_RESULT)
@@ -170,9 +174,7 @@ class InMemoryStore(
             conversation_id=cid,
             version=conv.version,
             last_seq=conv.last_seq,
-            window=Window(
-                pinned=tuple(conv.pinned), summary=conv.summary, active=tuple(conv.active)
-            ),
+            window=window_of(tuple(conv.pinned), conv.summary, tuple(conv.active)),
             archived_count=len(conv.archive),
             compaction_error=conv.compaction_error,
             compaction_failures=conv.compaction_failures,
@@ -190,7 +192,7 @@ class InMemoryStore(
         cid = check_conversation_id(conversation_id)
         with self._lock:
             events = self._checked(cid, events, check)
-            conv = self._conversations.setdefault(cid, _Conversation())
+            conv = self._conversation(cid)
             self._append(conv, events)
             return self._snapshot(cid, conv)
 
@@ -201,10 +203,18 @@ class InMemoryStore(
         cid = check_conversation_id(conversation_id)
         with self._lock:
             events = self._checked(cid, events, check)
-            conv = self._conversations.setdefault(cid, _Conversation())
+            conv = self._conversation(cid)
             before = {e.id: conv.by_id[e.id] for e in events if e.id in conv.by_id}
             stored = {e.id: e for e in self._append(conv, events)}
             return [before.get(e.id) or stored[e.id] for e in events]
+
+    def _conversation(self, cid: str) -> _Conversation:
+        """The conversation ``cid``, made empty when it is not stored yet (an empty one is
+        built only then: it stamps two times and makes six containers)."""
+        conv = self._conversations.get(cid)
+        if conv is None:
+            conv = self._conversations.setdefault(cid, _Conversation())
+        return conv
 
     def _checked(
         self, cid: str, events: Sequence[Event], check: ToolPairCheck | None
@@ -273,11 +283,10 @@ class InMemoryStore(
                 conv.summary = replaced(plan.summary, {"seq": conv.last_seq, "archived": False})
             cap = self.archive_cap(plan)
             if cap is not None:
-                while len(conv.archive) > cap:
-                    gone = conv.archive.popleft()
+                for gone in conv.archive.take_oldest(len(conv.archive) - cap):
                     conv.dropped(gone)
                     if gone.type is EventType.SYSTEM:
-                        conv.timeline.append(dropped_pin_entry(gone))
+                        conv.timeline.append(dropped_pin_entry(unpack(gone)))
             if plan.record is not None:
                 conv.compactions.append(
                     json.loads(json.dumps(plan.record))

@@ -149,7 +149,7 @@ class PackedEvents:
         order (an older one than the newest held is sorted in before the next read);
         returns what is held."""
         held = pack(event, archived=archived)
-        if self._held and _seq_of(self._held[-1]) > _seq_of(held):
+        if self._held and (self._held[-1].seq or 0) > (held.seq or 0):
             self._ordered = False
         self._held.append(held)
         return held
@@ -163,6 +163,16 @@ class PackedEvents:
         """Take out the oldest event."""
         self._order()
         return unpack(self._held.popleft())
+
+    def take_oldest(self, count: int) -> list[Held]:
+        """Take out the ``count`` oldest events (all of them at most; none for 0 or less), as
+        held, not unpacked: for bookkeeping that reads only their ``id``, ``type``,
+        ``tool_call_id`` or ``seq`` (the archive cap's)."""
+        if count <= 0:
+            return []
+        self._order()
+        popleft = self._held.popleft
+        return [popleft() for _ in range(min(count, len(self._held)))]
 
     def discard(self, seqs: Collection[int | None]) -> None:
         """Take out the events with one of ``seqs``, unpacking none."""
