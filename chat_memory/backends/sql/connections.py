@@ -1,14 +1,11 @@
-"""SQLAlchemy engines (connections) for the SQL store: URL options, SQLite tuning, write
-transactions that take the conversation lock up front, and the driver errors that mean "lost a
-race, try again"."""
+"""SQLAlchemy engines (connections) for the SQL store: URL options, SQLite tuning (BEGIN
+sent by the store: see :mod:`~chat_memory.backends.sql.transactions`, which opens the
+transactions), and the driver errors that mean "lost a race, try again"."""
 
 from __future__ import annotations
 
-import os
-import threading
 import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -24,12 +21,15 @@ from ...errors import ConcurrencyError, ConfigurationError
 from ..failures import DriverErrors
 from ..urls import is_secret_option, redact_message, redact_url
 from .driver import run_on_driver
+from .transactions import BEGIN_OPTION
+from .transactions import Transactions as Transactions  # re-exported: where the store looks
+from .transactions import read_options as read_options
+from .transactions import write_options as write_options
 
 #: Seconds a SQLite connection waits for another process's write lock before reporting "locked".
 SQLITE_BUSY_TIMEOUT = 15.0
 #: Seconds to wait for a PostgreSQL server to answer when the URL names no ``connect_timeout``.
 POSTGRES_CONNECT_TIMEOUT = 10
-_BEGIN_OPTION = "chat_memory_begin"
 _PREPARED: weakref.WeakSet[sa.Engine] = weakref.WeakSet()
 #: What the SQL stores turn into StorageError: SQLAlchemy's errors (it wraps the DBAPI's), and
 #: the DBAPI's own, which a connect-time hook (the SQLite tuning below) raises unwrapped.
@@ -195,58 +195,13 @@ def prepare_sqlite_engine(engine: sa.Engine, *, wal: bool = True) -> None:
 
     @event.listens_for(engine, "begin")
     def _begin(connection: sa.Connection) -> None:
-        statement = connection.get_execution_options().get(_BEGIN_OPTION, "BEGIN")
-        if statement:  # none for a read of one statement: see read_options
+        statement = connection.get_execution_options().get(BEGIN_OPTION, "BEGIN")
+        # none for a read of one statement (see read_options), nor on the connections of
+        # Transactions, which send their own
+        if statement:
             # on the driver's cursor, its errors wrapped as exec_driver_sql wraps them (a
             # locked database is a conflict, retried: see is_conflict)
             run_on_driver(connection, statement)
-
-
-class Transactions:
-    """Opens read and write transactions on one engine. Serialises them when the engine is a
-    single shared connection (in-memory SQLite), which allows no concurrency of its own."""
-
-    def __init__(self, engine: sa.Engine) -> None:
-        self.engine = engine
-        self.dialect = engine.dialect.name
-        self._lock: threading.RLock | None = (
-            threading.RLock() if isinstance(engine.pool, StaticPool) else None
-        )
-        self._pid = os.getpid()
-
-    def _serialised(self) -> Any:
-        if os.getpid() != self._pid:
-            # a forked child must not reuse its parent's pooled connections (nor close them)
-            self.engine.dispose(close=False)
-            self._pid = os.getpid()
-        return self._lock if self._lock is not None else nullcontext()
-
-    @contextmanager
-    def read(self, *, one_statement: bool = False) -> Iterator[sa.Connection]:
-        """A transaction for reads (a consistent snapshot on SQLite); ``one_statement``: the
-        body runs a single statement (see :func:`read_options`)."""
-        with self._serialised(), self.engine.connect() as connection:
-            with connection.execution_options(**read_options(self.dialect, one_statement)).begin():
-                yield connection
-
-    @contextmanager
-    def write(self) -> Iterator[sa.Connection]:
-        """A transaction for writes; on SQLite it takes the database write lock at BEGIN."""
-        with self._serialised(), self.engine.connect() as connection:
-            with connection.execution_options(**write_options(self.dialect)).begin():
-                yield connection
-
-
-def read_options(dialect: str, one_statement: bool) -> dict[str, str]:
-    """The execution options of a read transaction. A read of one statement on SQLite sends
-    no BEGIN (nor, then, a real COMMIT): a single SELECT is atomic on its own, and each of
-    BEGIN and COMMIT costs a statement's worth of work (a thread hop each on aiosqlite)."""
-    return {_BEGIN_OPTION: ""} if one_statement and dialect == "sqlite" else {}
-
-
-def write_options(dialect: str) -> dict[str, str]:
-    """The execution options of a write transaction: ``BEGIN IMMEDIATE`` on SQLite."""
-    return {_BEGIN_OPTION: "BEGIN IMMEDIATE"} if dialect == "sqlite" else {}
 
 
 def lock_schema(connection: sa.Connection, name: str) -> None:

@@ -76,12 +76,11 @@ class Compiled:
         """The driver's parameters for ``params`` (named as the statement's ``b_…`` binds)."""
         flat = self._flat
         if flat is not None:
+            # one comprehension, no generator inside it (a one-item tuple is a binding)
             return [
                 value if process is None or value is None else process(value)
-                for value, process in (
-                    (constant if source is None else params[source], process)
-                    for source, constant, process in flat
-                )
+                for source, constant, process in flat
+                for value in (constant if source is None else params[source],)
             ]
         if self.positional:
             values: list[Any] = []
@@ -179,10 +178,7 @@ class Driver:
         column_keys: Sequence[str] | None,
     ) -> Compiled:
         dialect = connection.dialect
-        lengths = tuple(
-            (name, len(value)) for name, value in params.items() if isinstance(value, list)
-        )
-        key = (id(statement), dialect.name, lengths, tuple(column_keys or ()))
+        key = (id(statement), dialect.name, _list_lengths(params), tuple(column_keys or ()))
         found = self._compiled.get(key)
         if found is not None:
             return found
@@ -237,7 +233,15 @@ def run_on_driver(connection: sa.Connection, sql: str) -> None:
 def _has_empty_list(params: Mapping[str, Any]) -> bool:
     """An empty ``IN`` list: SQLAlchemy renders each dialect's empty-set expression for it,
     so such a (rare) statement goes through ``Connection.execute``."""
-    return any(isinstance(value, list) and not value for value in params.values())
+    for value in params.values():  # a loop, not any(): this runs for every statement
+        if isinstance(value, list) and not value:
+            return True
+    return False
+
+
+def _list_lengths(params: Mapping[str, Any]) -> tuple[tuple[str, int], ...]:
+    """The name and length of each ``IN`` list of ``params`` (part of a compiled variant's key)."""
+    return tuple([(name, len(value)) for name, value in params.items() if isinstance(value, list)])
 
 
 def _run(

@@ -130,7 +130,7 @@ class SQLStore(
         self.tables: Tables = self.ops.tables
         self.default_max_archived_events = self.ops.max_archived_events
         self.retry = retry or Backoff()
-        self._tx = Transactions(self.engine)
+        self._tx = Transactions(self.engine, keeps_connections=self._owns_engine)
         self._schema_ready = False
         self._schema_lock = threading.Lock()
 
