@@ -325,6 +325,6 @@ def test_a_version_4_sql_database_gets_the_retracted_table_in_place(sqlite_url):
                     sa.select(store.tables.meta.c.name, store.tables.meta.c.value)
                 ).all()
             )
-        assert recorded["schema_version"] == "7" and recorded["migrated_to_5"].endswith(
+        assert recorded["schema_version"] == "8" and recorded["migrated_to_5"].endswith(
             "retracted events table"
         )

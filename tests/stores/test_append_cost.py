@@ -291,7 +291,7 @@ def test_a_version_3_database_gets_its_ids_indexed_in_place(sql_url):
                 ).all()
             )
         assert unkeyed == 0 and calls == 2 + 2 + 1 + 1  # two pairs, the open call and its result
-        assert recorded["schema_version"] == "7" and recorded["migrated_to_4"].endswith(
+        assert recorded["schema_version"] == "8" and recorded["migrated_to_4"].endswith(
             "(event_key, call_key)"
         )
         indexes = {index["name"] for index in sa.inspect(store.engine).get_indexes(events.name)}

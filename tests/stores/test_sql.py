@@ -96,7 +96,7 @@ def test_a_version_1_database_gets_the_new_tables_in_place(sql_url):
         assert [e.content for e in store.history("c")] == ["written by 0.1"]
         assert store.compactions("c") == []
         recorded = _meta(store)
-        assert recorded["schema_version"] == SCHEMA_VERSION == "7"
+        assert recorded["schema_version"] == SCHEMA_VERSION == "8"
         assert recorded["migrated_to_2"].endswith(
             " add the compactions and long-term memory tables"
         )
@@ -203,7 +203,7 @@ def test_schema_version_5_is_migrated_in_place_counting_failures_from_0(sql_url)
         assert store.load("c").compaction_failures == 1
         assert store.append("other", [Event.user("new", tokens=1)]).compaction_failures == 0
         recorded = _meta(store)
-        assert recorded["schema_version"] == SCHEMA_VERSION == "7"
+        assert recorded["schema_version"] == SCHEMA_VERSION == "8"
         assert recorded["migrated_to_6"].endswith(
             " count failed compactions beside the compaction error"
         )
@@ -215,15 +215,15 @@ def test_a_newer_schema_names_both_versions(sqlite_url):
         meta = store.tables.meta
         with store.engine.begin() as connection:
             connection.execute(
-                meta.update().where(meta.c.name == "schema_version").values(value="8")
+                meta.update().where(meta.c.name == "schema_version").values(value="9")
             )
     with (
         SQLStore.from_url(sqlite_url) as newer,
-        pytest.raises(SchemaError, match=r"version 8, newer than version 7"),
+        pytest.raises(SchemaError, match=r"version 9, newer than version 8"),
     ):
         newer.append("c", [Event.user("would be lost")])
     with SQLStore.from_url(sqlite_url) as store:
-        assert _meta(store)["schema_version"] == "8"
+        assert _meta(store)["schema_version"] == "9"
 
 
 def test_foreign_tables_with_our_names_are_refused(sqlite_url):

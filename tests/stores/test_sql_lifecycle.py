@@ -328,7 +328,7 @@ def test_schema_version_6_is_migrated_in_place(database_url: str) -> None:
                     sa.select(store.tables.meta.c.name, store.tables.meta.c.value)
                 ).all()
             )
-        assert recorded["schema_version"] == SCHEMA_VERSION == "7"
+        assert recorded["schema_version"] == SCHEMA_VERSION == "8"
         assert recorded["migrated_to_7"].endswith(
             " scope, metadata, tags, erasure guards and the fork timeline"
         )

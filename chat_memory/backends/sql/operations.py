@@ -40,7 +40,7 @@ from ..timeline import compaction_entry, dropped_pin_entry, retraction_entry
 from .connections import lock_schema
 from .driver import Driver
 from .lifecycle import LifecycleOperations
-from .schema import build_tables, ensure_schema, row_key, stored_message, stored_search_text
+from .schema import build_tables, ensure_schema, id_key, stored_message, stored_search_text
 from .statements import Statements, timeline_params
 
 _TOOL_TYPES = (EventType.TOOL_CALL.value, EventType.TOOL_RESULT.value)
@@ -141,8 +141,8 @@ class SQLOperations:
                     "created_at": stored.created_at,
                     "search_text": stored_search_text(search_text(stored)),
                     "body": stored.to_json(),
-                    "event_key": row_key(stored.id),
-                    "call_key": row_key(stored.tool_call_id)
+                    "event_key": id_key(stored.id),
+                    "call_key": id_key(stored.tool_call_id)
                     if stored.type.value in _TOOL_TYPES and stored.tool_call_id is not None
                     else None,
                 }
@@ -239,8 +239,8 @@ class SQLOperations:
             self.sql.events_by_keys,
             {
                 "b_key": conversation_key(cid),
-                "b_event_keys": sorted({row_key(i) for i in event_ids}),
-                "b_call_keys": sorted({row_key(i) for i in tool_call_ids}),
+                "b_event_keys": sorted({id_key(i) for i in event_ids}),
+                "b_call_keys": sorted({id_key(i) for i in tool_call_ids}),
             },
         )
         # each row is checked against its body, as the two look-ups of find_events check it;
@@ -275,7 +275,7 @@ class SQLOperations:
         }
         events = self.tables.events
         wanted = set(tool_call_ids)
-        for keys in _chunks(sorted({row_key(i) for i in wanted})):
+        for keys in _chunks(sorted({id_key(i) for i in wanted})):
             rows = connection.execute(
                 sa.select(events.c.archived, events.c.body).where(
                     events.c.conversation_ref == ref.id, events.c.call_key.in_(keys)
@@ -294,7 +294,7 @@ class SQLOperations:
         """The pinned and active events (never the summary) whose id is one of ``event_ids``, by id."""
         wanted = set(event_ids)
         found: dict[str, Event] = {}
-        for keys in _chunks(sorted({row_key(i) for i in wanted})):
+        for keys in _chunks(sorted({id_key(i) for i in wanted})):
             # the archived flag and the type are checked here, not in SQL: a condition on
             # ``archived`` lets a planner without statistics prefer the window index, a scan
             rows = self.driver.rows(
@@ -408,7 +408,7 @@ class SQLOperations:
         rows = self.driver.rows(
             connection,
             self.sql.ids_of_writer,
-            {"b_key": key, "b_keys": sorted({row_key(i) for i in wanted})},
+            {"b_key": key, "b_keys": sorted({id_key(i) for i in wanted})},
         )
         if not rows:
             return self._new_row(connection, cid, key), {}
@@ -705,7 +705,7 @@ class SQLOperations:
         events, conversations = self.tables.events, self.tables.conversations
         wanted = set(event_ids)
         pool: dict[int, Event] = {}
-        for keys in _chunks(sorted({row_key(i) for i in wanted})):
+        for keys in _chunks(sorted({id_key(i) for i in wanted})):
             rows = connection.execute(
                 sa.select(events.c.archived, events.c.body).where(
                     events.c.conversation_ref == row.id, events.c.event_key.in_(keys)
@@ -715,7 +715,7 @@ class SQLOperations:
         call_ids = {
             e.tool_call_id for e in pool.values() if e.type.value in _TOOL_TYPES and e.tool_call_id
         }
-        for keys in _chunks(sorted({row_key(i) for i in call_ids})):
+        for keys in _chunks(sorted({id_key(i) for i in call_ids})):
             rows = connection.execute(
                 sa.select(events.c.archived, events.c.body).where(
                     events.c.conversation_ref == row.id, events.c.call_key.in_(keys)

@@ -32,6 +32,9 @@ Eleven tables, named with a configurable prefix (default ``chat_memory_``):
   the last activity); on namespaces ``scope_key`` and ``expires_at``;
   ``<prefix>conversation_tags`` (listing by tag), ``<prefix>guards`` (erasure guards, by
   digest) and ``<prefix>conversation_timeline`` (the fork timeline, sql/transfer.py).
+- since schema version 8 (fewer pages written an append, docs/sql.md): ``event_key`` and
+  ``call_key`` hold 16 hex digits of the SHA-256 (:func:`id_key`), the call_key index leaves
+  out the rows without a call id, and the window index the archived rows.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from ...errors import ConfigurationError, SchemaError
 from ..migrations import Migration, StoredFormat
 
 #: The schema version this code creates (as recorded in the meta table).
-SCHEMA_VERSION = "7"
+SCHEMA_VERSION = "8"
 DEFAULT_TABLE_PREFIX = "chat_memory_"
 _PREFIX_PATTERN = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,29}|")
 
@@ -91,10 +94,23 @@ def pushes_down(fragment: str) -> bool:
 
 
 def row_key(text: str) -> str:
-    """The indexed key of an event id or a ``tool_call_id`` (``event_key``, ``call_key``): its
-    SHA-256, so that any id is an exact, bounded key whatever the collation or length. Rows
-    found by key are checked against the id in their body."""
+    """The indexed key of a conversation id or a tag (``conversation_key``, ``tag_key``): its
+    SHA-256, so that any id is an exact, bounded key whatever the collation or length."""
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+#: Hex digits of an :func:`id_key`: 64 bits, so that any two ids of a 65,536-event
+#: conversation share a key with odds of about 2**-33 (and then cost one more row read).
+ID_KEY_LENGTH = 16
+
+
+def id_key(text: str) -> str:
+    """The indexed key of an event id or a ``tool_call_id`` (``event_key``, ``call_key``): the
+    first :data:`ID_KEY_LENGTH` hex digits of its SHA-256, an exact, bounded key whatever the
+    collation or length. Rows found by key are checked against the id in their body, so keys
+    need not be unique, and 16 digits (since schema version 8; 64 before) make the two
+    indexes about a third of their size, a page holding three times the entries."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:ID_KEY_LENGTH]
 
 
 def stored_message(message: str | None) -> str | None:
@@ -214,11 +230,32 @@ def build_tables(prefix: str = DEFAULT_TABLE_PREFIX) -> Tables:
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("search_text", _SEARCH_TEXT, nullable=True),
         sa.Column("body", _LONG_TEXT, nullable=False),
+        # id_key()s: 16 hex digits since schema version 8 (the width stays that of version 4)
         sa.Column("event_key", sa.String(64), nullable=True),
         sa.Column("call_key", sa.String(64), nullable=True),
-        sa.Index(f"{prefix}events_window_idx", "conversation_ref", "archived", "seq"),
         sa.Index(f"{prefix}events_event_key_idx", "conversation_ref", "event_key"),
-        sa.Index(f"{prefix}events_call_key_idx", "conversation_ref", "call_key"),
+    )
+    # Partial where the database has them (SQLite, PostgreSQL; elsewhere they index every
+    # row): the window index holds the window, not the archive, and the call_key index the
+    # tool events only. Each query they serve names the condition as written here (a literal
+    # ``archived = false``; ``call_key IN (…)`` implies ``IS NOT NULL``), or the planner
+    # cannot prove the index holds its rows.
+    not_archived = events.c.archived == sa.false()
+    sa.Index(
+        f"{prefix}events_window_idx",
+        events.c.conversation_ref,
+        events.c.archived,
+        events.c.seq,
+        sqlite_where=not_archived,
+        postgresql_where=not_archived,
+    )
+    has_call = events.c.call_key.is_not(None)
+    sa.Index(
+        f"{prefix}events_call_key_idx",
+        events.c.conversation_ref,
+        events.c.call_key,
+        sqlite_where=has_call,
+        postgresql_where=has_call,
     )
     compactions = sa.Table(
         f"{prefix}compactions",
@@ -528,6 +565,41 @@ def _add_lifecycle(change: SchemaChange) -> None:
     write_baseline_timelines(connection, tables)
 
 
+def _narrow_event_indexes(change: SchemaChange) -> None:
+    """Version 7 -> 8: ``event_key`` and ``call_key`` cut to their first :data:`ID_KEY_LENGTH`
+    hex digits (what :func:`id_key` gives: the keys are SHA-256 digests, so a prefix is the
+    key, and no body is read) by one ``UPDATE`` of the rows that still hold longer keys; the
+    window and call_key indexes become partial. The three indexes are dropped first and
+    created after (by the current definitions): an UPDATE under them would move every entry
+    one by one, and indexes already in the new form (tables left at version 8 with an older
+    version recorded) are rebuilt the same."""
+    events, connection = change.tables.events, change.connection
+    names = {
+        f"{change.tables.prefix}events_{name}_idx" for name in ("window", "event_key", "call_key")
+    }
+    present = {index["name"] for index in sa.inspect(connection).get_indexes(events.name)}
+    rebuilt = [index for index in events.indexes if index.name in names]
+    for index in rebuilt:
+        if index.name in present:
+            index.drop(connection)
+    length = sa.func.length
+    connection.execute(
+        events.update()
+        .where(
+            sa.or_(
+                length(events.c.event_key) > ID_KEY_LENGTH,
+                length(events.c.call_key) > ID_KEY_LENGTH,
+            )
+        )
+        .values(
+            event_key=sa.func.substr(events.c.event_key, 1, ID_KEY_LENGTH),
+            call_key=sa.func.substr(events.c.call_key, 1, ID_KEY_LENGTH),
+        )
+    )
+    for index in rebuilt:
+        index.create(connection)
+
+
 def _add_missing_columns(
     connection: sa.Connection, table: sa.Table, columns: dict[str, str]
 ) -> None:
@@ -592,8 +664,8 @@ def _keys_of_row(row: Any) -> dict[str, Any]:
     return {
         "b_ref": row.conversation_ref,
         "b_seq": row.seq,
-        "b_event_key": row_key(body["id"]),
-        "b_call_key": row_key(call_id) if isinstance(call_id, str) else None,
+        "b_event_key": id_key(body["id"]),
+        "b_call_key": id_key(call_id) if isinstance(call_id, str) else None,
     }
 
 
@@ -635,6 +707,11 @@ SQL_SCHEMA: StoredFormat[SchemaChange] = StoredFormat(
             6,
             "scope, metadata, tags, erasure guards and the fork timeline",
             _add_lifecycle,
+        ),
+        Migration(
+            7,
+            "16-digit event and call keys, partial window and call_key indexes",
+            _narrow_event_indexes,
         ),
     ),
     remedy="upgrade chat-memory, or use another table_prefix",
