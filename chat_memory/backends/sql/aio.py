@@ -243,12 +243,18 @@ class AsyncSQLStore(AsyncSQLLifecycle, AsyncSQLForksAndDumps, AsyncStore):
 
     async def _write(self, body: Callable[..., T], *args: Any, what: str) -> T:
         """Run an operation of :class:`SQLOperations` in a write transaction, again while the
-        database reports a lost race."""
+        database reports a lost race; the windows it staged for the cache are kept once it
+        has committed."""
         attempts = Attempts(self.retry, what)
+        windows = self.ops.windows
         for delay in attempts:
             try:
                 async with self._one_writer, self._transaction(write=True) as connection:
-                    return await connection.run_sync(body, *args)
+                    # run_sync hands the body this sync connection
+                    with windows.staging(connection.sync_connection) as staged:
+                        result = await connection.run_sync(body, *args)
+                windows.publish(staged)
+                return result
             except sa.exc.DBAPIError as exc:
                 if not is_conflict(exc):
                     raise

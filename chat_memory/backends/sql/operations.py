@@ -6,6 +6,12 @@ sync :class:`~sqlalchemy.Connection` inside a transaction the caller opened.
 ``await async_connection.run_sync(body, …)`` (SQLAlchemy's asyncio extension drives the sync
 code over the async driver through greenlet, without threads). The callers own transactions,
 retries and error wrapping; nothing here commits, sleeps or retries.
+
+Each conversation's last window is kept in :attr:`SQLOperations.windows` (window_cache.py):
+an append or a load reads the conversation's row, and its window rows only when the row no
+longer holds the cached window's validator. A write stages the window it leaves for the
+cache; the callers keep it once the transaction has committed
+(:meth:`~chat_memory.backends.sql.window_cache.WindowCache.staging`).
 """
 
 from __future__ import annotations
@@ -32,7 +38,6 @@ from ..bookkeeping import (
     replaced,
     retracted_copy,
     retraction_targets,
-    split_appended,
     unstored,
 )
 from ..failures import stored_data
@@ -42,6 +47,7 @@ from .driver import Driver
 from .lifecycle import LifecycleOperations
 from .schema import build_tables, ensure_schema, id_key, stored_message, stored_search_text
 from .statements import Statements, timeline_params
+from .window_cache import Validator, WindowCache
 
 _TOOL_TYPES = (EventType.TOOL_CALL.value, EventType.TOOL_RESULT.value)
 # plain strings: a window row's type is compared with them for every row read
@@ -52,6 +58,9 @@ _KEYS_PER_QUERY = 500
 #: About one compaction in this many trims the conversation's compaction records (see
 #: :meth:`SQLOperations._keep_record`): the others write the record alone.
 RECORD_TRIM_EVERY = 8
+# the columns of the window statements of the cache, by position (see Statements)
+_ID, _VERSION, _LAST_SEQ, _ARCHIVED_COUNT, _ERROR, _FAILURES, _CREATED, _UPDATED = range(8)
+_KIND, _BODY, _HELD = 8, 9, 10
 #: The reads that are one statement whatever their arguments.
 _ONE_STATEMENT_READS = frozenset({"load", "history", "retracted", "compactions", "conversations"})
 
@@ -73,6 +82,45 @@ class _Row:
     version: int
     last_seq: int
     archived_count: int
+    #: the row's ``created_at`` as the driver returns it (part of a cached window's
+    #: validator: see window_cache.py); None where the transaction did not read it
+    created_at: Any = None
+
+
+def _locked_row(state: Sequence[Any]) -> _Row:
+    """The :class:`_Row` of a row read by a state statement (see :data:`_ID`…)."""
+    return _Row(
+        state[_ID], state[_VERSION], state[_LAST_SEQ], state[_ARCHIVED_COUNT], state[_CREATED]
+    )
+
+
+def _validator(state: Sequence[Any]) -> Validator:
+    """The validator of a window cached for the row read by a state statement."""
+    return (state[_ID], state[_CREATED], state[_UPDATED], state[_VERSION])
+
+
+def _as_stored(numbered: Sequence[Event], rows: Sequence[dict[str, Any]]) -> list[Event]:
+    """The events ``rows`` were written from (:meth:`SQLOperations._event_rows`) as reading
+    the rows returns them: each event itself, or, when it holds metadata or arguments (whose
+    JSON may read back otherwise: a tuple as a list), its envelope read back. What the window
+    cache keeps is then what a read of the rows would give."""
+    return [
+        Event.from_json(row["body"]) if event.metadata or event.arguments else event
+        for event, row in zip(numbered, rows)
+    ]
+
+
+def _compacted(window: Window, plan: CompactionPlan, summary: Event | None) -> Window:
+    """``window`` after :meth:`SQLOperations._compact` applied ``plan`` to its rows: the
+    active events up to ``archive_through_seq`` archived, ``summary`` (the one stored, if
+    any) in place of the current one; the pins stay (the archive trim deletes archived rows
+    only)."""
+    through = plan.archive_through_seq
+    return Window(
+        pinned=window.pinned,
+        summary=window.summary if summary is None else summary,
+        active=tuple(e for e in window.active if (e.seq or 0) > through),
+    )
 
 
 def conversation_key(conversation_id: str) -> str:
@@ -113,6 +161,10 @@ class SQLOperations:
         self.driver = Driver()
         #: The one statement that reads a conversation's row and its window rows.
         self.window = self.sql.window
+        #: The last window of each recent conversation, read again only when its row changed.
+        self.windows = WindowCache()
+        # the bind processor of a DateTime column, by dialect: what the driver stores
+        self._time_binds: dict[str, Callable[[Any], Any] | None] = {}
 
     def _ref(self, cid: str) -> Any:
         conversations = self.tables.conversations
@@ -179,43 +231,80 @@ class SQLOperations:
     # -- reads -------------------------------------------------------------------------------
 
     def load(self, connection: sa.Connection, cid: str) -> Snapshot:
-        """The conversation's row and its window rows in one statement (see :attr:`window`)."""
-        return self._snapshot(
-            cid, self.driver.rows(connection, self.window, {"b_key": conversation_key(cid)})
-        )
+        """The conversation's row and, unless the window cached for it is still valid, its
+        window rows, in one statement (see :meth:`_read_window`)."""
+        found = self._read_window(connection, cid, conversation_key(cid), True)
+        return Snapshot.empty(cid) if found is None else found[1]
 
-    def _snapshot(self, cid: str, rows: Sequence[Any], skip: int = 0) -> Snapshot:
-        """The snapshot of the rows of :attr:`window` (by position: version, last_seq,
-        archived_count, compaction_error, compaction_failures, type, body), or of the same
-        after ``skip`` leading columns (the row's id)."""
+    def _read_window(
+        self, connection: sa.Connection, cid: str, key: str, cached: bool
+    ) -> tuple[Sequence[Any], Snapshot] | None:
+        """The row's state and the conversation's snapshot, None when it has no row. With
+        ``cached``, and a window cached for ``cid``, the statement reads the window rows only
+        if the row no longer holds that window's validator (the window is then taken from
+        the cache); a window read is kept (:meth:`WindowCache.remember`). The row fields of
+        the snapshot always come from the row just read."""
+        entry = self.windows.peek(cid) if cached else None
+        if entry is None:
+            rows = self.driver.rows(connection, self.sql.window_with_state, {"b_key": key})
+        else:
+            ref, created, updated, version = entry.validator
+            rows = self.driver.rows(
+                connection,
+                self.sql.window_unless_cached,
+                {
+                    "b_key": key,
+                    "b_ref": ref,
+                    "b_version": version,
+                    "b_created": created,
+                    "b_updated": updated,
+                },
+            )
+            if rows and rows[0][_HELD]:
+                state = rows[0]
+                if _validator(state) == entry.validator:
+                    return state, self._snapshot(cid, state, entry.window)
+                # the database took the values for equal where Python does not: read it all
+                rows = self.driver.rows(connection, self.sql.window_with_state, {"b_key": key})
         if not rows:
-            return Snapshot.empty(cid)
+            return None
+        state = rows[0]
+        window = self._window_of(rows)
+        self.windows.remember(connection, cid, _validator(state), window)
+        return state, self._snapshot(cid, state, window)
+
+    def _window_of(self, rows: Sequence[Any]) -> Window:
+        """The window of the rows of a window statement (type and body by position)."""
         pinned: list[Event] = []
         active: list[Event] = []
         summary: Event | None = None
-        kind, body = 5 + skip, 6 + skip
         parse = Event.from_json  # its own cache returns a window read again without parsing
         with self._stored():
             for row in rows:
-                data = row[body]
+                data = row[_BODY]
                 if data is None:
                     continue
                 stored = parse(data)
-                if row[kind] == _SYSTEM:
+                kind = row[_KIND]
+                if kind == _SYSTEM:
                     pinned.append(stored)
-                elif row[kind] == _SUMMARY:
+                elif kind == _SUMMARY:
                     summary = stored
                 else:
                     active.append(stored)
-        version, last_seq, archived_count, error, failures = rows[0][skip : skip + 5]
+        return Window(pinned=tuple(pinned), summary=summary, active=tuple(active))
+
+    @staticmethod
+    def _snapshot(cid: str, state: Sequence[Any], window: Window) -> Snapshot:
+        """The snapshot of the row read by a state statement, with ``window``."""
         return Snapshot(
             conversation_id=cid,
-            version=version,
-            last_seq=last_seq,
-            window=Window(pinned=tuple(pinned), summary=summary, active=tuple(active)),
-            archived_count=archived_count,
-            compaction_error=error,
-            compaction_failures=failures,
+            version=state[_VERSION],
+            last_seq=state[_LAST_SEQ],
+            window=window,
+            archived_count=state[_ARCHIVED_COUNT],
+            compaction_error=state[_ERROR],
+            compaction_failures=state[_FAILURES],
         )
 
     def history(self, connection: sa.Connection, cid: str) -> list[Event]:
@@ -375,28 +464,61 @@ class SQLOperations:
         ``BEGIN IMMEDIATE``, that is one statement; elsewhere ``SELECT … FOR UPDATE`` comes
         first and the window is read after it, so that it sees every write committed before
         the lock was granted (a join locked in one statement would not: PostgreSQL rechecks
-        only the locked row). Without ``window`` the snapshot is empty."""
+        only the locked row). Without ``window`` the snapshot is empty. Either way the
+        window rows are read only when the window cached for the conversation no longer
+        holds (see :meth:`_read_window`): on SQLite the one statement then returns the row
+        alone; elsewhere the locked row is compared with the cached window's validator."""
         key = conversation_key(cid)
         if window and connection.dialect.name == "sqlite":
-            rows = self.driver.rows(connection, self.sql.window_of_writer, {"b_key": key})
-            if rows:
-                snapshot = self._snapshot(cid, rows, skip=1)
-                return _Row(
-                    rows[0][0], snapshot.version, snapshot.last_seq, snapshot.archived_count
-                ), snapshot
+            found = self._read_window(connection, cid, key, True)
+            if found is not None:
+                return _locked_row(found[0]), found[1]
         else:
-            found = self.driver.rows(connection, self.sql.lock_row, {"b_key": key})
-            if found:
-                locked = _Row(*found[0])
-                if window and locked.version:
-                    return locked, self.load(connection, cid)
-                return locked, Snapshot.empty(cid)
+            rows = self.driver.rows(connection, self.sql.state_for_update, {"b_key": key})
+            if rows:
+                state = rows[0]
+                locked = _locked_row(state)
+                if not window:
+                    return locked, Snapshot.empty(cid)
+                if not locked.version:  # no event was ever written
+                    return locked, self._snapshot(cid, state, Window())
+                held = self.windows.get(cid, _validator(state))
+                if held is not None:
+                    return locked, self._snapshot(cid, state, held)
+                # read after the lock: the rows as the last writer committed them
+                found = self._read_window(connection, cid, key, False)
+                if found is not None:
+                    return locked, found[1]
         return self._new_row(connection, cid, key), Snapshot.empty(cid)
 
     def _new_row(self, connection: sa.Connection, cid: str, key: str) -> _Row:
         """Insert the conversation's row at version 0 (locked until the transaction ends), in
         its scope, unless an erasure guards it (see :meth:`LifecycleOperations.new_row`)."""
-        return _Row(self.life.new_row(connection, cid, key, _now()), 0, 0, 0)
+        now = _now()
+        ref = self.life.new_row(connection, cid, key, now)
+        return _Row(ref, 0, 0, 0, self._driver_time(connection, now))
+
+    def _driver_time(self, connection: sa.Connection, moment: datetime) -> Any:
+        """``moment`` as the driver stores it in a DateTime column (and so returns it): a
+        string on SQLite, the datetime itself on PostgreSQL."""
+        dialect = connection.dialect
+        if dialect.name not in self._time_binds:
+            column_type = self.tables.conversations.c.updated_at.type
+            self._time_binds[dialect.name] = column_type.dialect_impl(dialect).bind_processor(
+                dialect
+            )
+        process = self._time_binds[dialect.name]
+        return moment if process is None else process(moment)
+
+    def _remember_written(
+        self, connection: sa.Connection, cid: str, row: _Row, now: datetime, window: Window
+    ) -> None:
+        """Stage ``window`` as the conversation's window once this transaction commits: the
+        window of ``row`` as this write left it (its version, and ``now`` the time the
+        write gave ``updated_at``)."""
+        if row.created_at is not None:
+            validator = (row.ref, row.created_at, self._driver_time(connection, now), row.version)
+            self.windows.remember(connection, cid, validator, window)
 
     def _locked_with_ids(
         self, connection: sa.Connection, cid: str, batch: list[Event]
@@ -420,8 +542,10 @@ class SQLOperations:
         }
         return _Row(*rows[0][:4]), found
 
-    def _bump(self, connection: sa.Connection, row: _Row) -> None:
-        """The append's one UPDATE of the conversation's row: its version and last seq."""
+    def _bump(self, connection: sa.Connection, row: _Row) -> datetime:
+        """The append's one UPDATE of the conversation's row: its version and last seq; the
+        time it gave ``updated_at``."""
+        now = _now()
         self.driver.run(
             connection,
             self.sql.bump_row,
@@ -429,9 +553,10 @@ class SQLOperations:
                 "b_ref": row.ref,
                 "b_last_seq": row.last_seq,
                 "b_version": row.version,
-                "b_now": _now(),
+                "b_now": now,
             },
         )
+        return now
 
     def _checked(
         self,
@@ -460,8 +585,9 @@ class SQLOperations:
         """Lock the row, read the window, run ``check`` (if given) and insert the batch's
         events not stored yet (the check, the id check and the insert are one atomic step
         under the lock). Returns the row as the append leaves it, the snapshot right after the
-        append, and whether the row's UPDATE is still to be written: the caller writes it,
-        alone or with a compaction's changes."""
+        append (its window as a read of the rows would return it), and whether the row's
+        UPDATE is still to be written: the caller writes it, alone or with a compaction's
+        changes, and stages the window for the cache (:meth:`_remember_written`)."""
         locked, before = self._locked(connection, cid, window=True)
         window = before.window
         if check is not None:
@@ -470,16 +596,17 @@ class SQLOperations:
         if batch and not fresh:
             return locked, before, False
         numbered = number(fresh, locked.last_seq)
-        if fresh:
-            self.driver.insert_many(
-                connection, self.sql.insert_events, self._event_rows(locked.ref, numbered)
-            )
+        rows = self._event_rows(locked.ref, numbered) if fresh else []
+        if rows:
+            self.driver.insert_many(connection, self.sql.insert_events, rows)
         after = replace(locked, version=locked.version + 1, last_seq=locked.last_seq + len(fresh))
-        pinned, real = split_appended(numbered)
-        if pinned:  # a system event may supersede an older pin: rare, so read the result back
+        if any(e.type is EventType.SYSTEM for e in numbered):
+            # a system event may supersede an older pin: rare, so read the result back (the
+            # window read is staged for the cache: see _read_window)
             self._bump(connection, after)
             self._unpin_superseded(connection, locked.ref)
-            snapshot = self.load(connection, cid)
+            found = self._read_window(connection, cid, conversation_key(cid), False)
+            snapshot = Snapshot.empty(cid) if found is None else found[1]
             return replace(after, archived_count=snapshot.archived_count), snapshot, False
         return (
             after,
@@ -490,7 +617,7 @@ class SQLOperations:
                 window=Window(
                     pinned=window.pinned,
                     summary=window.summary,
-                    active=(*window.active, *real),
+                    active=(*window.active, *_as_stored(numbered, rows)),
                 ),
             ),
             True,
@@ -507,7 +634,8 @@ class SQLOperations:
         ``check``: the engine's tool-pair check, run inside (see :meth:`_checked`)."""
         row, snapshot, unwritten = self._appended(connection, cid, batch, check)
         if unwritten:
-            self._bump(connection, row)
+            now = self._bump(connection, row)
+            self._remember_written(connection, cid, row, now, snapshot.window)
         return snapshot
 
     def append_without_window(
@@ -568,9 +696,17 @@ class SQLOperations:
         plan = planner(snapshot)
         applied = plan is not None and plan.expected_version == row.version
         if plan is not None and applied:
-            self._compact(connection, row, plan)
+            now, summary = self._compact(connection, row, plan)
+            self._remember_written(
+                connection,
+                cid,
+                replace(row, version=row.version + 1),
+                now,
+                _compacted(snapshot.window, plan, summary),
+            )
         elif unwritten:
-            self._bump(connection, row)
+            now = self._bump(connection, row)
+            self._remember_written(connection, cid, row, now, snapshot.window)
         return snapshot, applied
 
     def _unpin_superseded(self, connection: sa.Connection, ref: int) -> None:
@@ -601,16 +737,29 @@ class SQLOperations:
     def apply(self, connection: sa.Connection, cid: str, plan: CompactionPlan) -> bool:
         """A compaction as a compare-and-swap on the version, checked on the locked row; False
         (nothing changed) when another write got there first."""
-        found = self.driver.rows(connection, self.sql.lock_row, {"b_key": conversation_key(cid)})
-        if not found or found[0][1] != plan.expected_version:
+        found = self.driver.rows(
+            connection, self.sql.state_for_update, {"b_key": conversation_key(cid)}
+        )
+        if not found or found[0][_VERSION] != plan.expected_version:
             return False
-        self._compact(connection, _Row(*found[0]), plan)
+        state = found[0]
+        row = _locked_row(state)
+        # the window the plan was made on, if cached: the window after it is derived
+        window = self.windows.get(cid, _validator(state))
+        now, summary = self._compact(connection, row, plan)
+        if window is not None:
+            after = replace(row, version=row.version + 1)
+            self._remember_written(connection, cid, after, now, _compacted(window, plan, summary))
         return True
 
-    def _compact(self, connection: sa.Connection, row: _Row, plan: CompactionPlan) -> None:
+    def _compact(
+        self, connection: sa.Connection, row: _Row, plan: CompactionPlan
+    ) -> tuple[datetime, Event | None]:
         """Apply ``plan`` to the locked ``row`` (whose version it expects): archive, store the
         summary, trim the archive, write the row once (the next version, the counters, no
-        compaction error) and keep the record. Nothing is read back: the row is locked."""
+        compaction error) and keep the record. Nothing is read back: the row is locked.
+        Returns the time written as ``updated_at`` and the summary stored (as its row reads
+        back), if any."""
         cap = (
             plan.max_archived_events
             if plan.max_archived_events is not None
@@ -623,25 +772,27 @@ class SQLOperations:
             self.sql.archive_through,
             {"b_ref": ref, "through_seq": plan.archive_through_seq},
         )
+        stored: Event | None = None
         if plan.summary is not None:
             archived += run(connection, self.sql.archive_summary, {"b_ref": ref})
             last_seq += 1
             summary = number([plan.summary], row.last_seq)
-            self.driver.insert_many(
-                connection, self.sql.insert_events, self._event_rows(ref, summary)
-            )
+            rows = self._event_rows(ref, summary)
+            self.driver.insert_many(connection, self.sql.insert_events, rows)
+            stored = _as_stored(summary, rows)[0]
         archived_count = row.archived_count + archived
         if cap is not None and archived_count > cap:
             dropped, pins = self._trim(connection, ref, archived_count - cap)
             archived_count -= dropped
             for pin in pins:  # a superseded pin deleted: a fork of a window it was in refuses
                 self._add_timeline(connection, ref, dropped_pin_entry(pin))
+        now = _now()
         values = {
             "b_ref": ref,
             "b_version": row.version + 1,
             "b_last_seq": last_seq,
             "b_archived_count": archived_count,
-            "b_now": _now(),
+            "b_now": now,
         }
         if plan.summary is None:
             run(connection, self.sql.compacted, values)
@@ -656,6 +807,7 @@ class SQLOperations:
                 last_seq, plan.archive_through_seq, None if plan.summary is None else last_seq
             ),
         )
+        return now, stored
 
     def _add_timeline(self, connection: sa.Connection, ref: int, entry: dict[str, Any]) -> None:
         """Write ``entry`` as the conversation's next fork timeline row, in the transaction of
@@ -760,6 +912,7 @@ class SQLOperations:
                 updated_at=now,
             )
         )
+        self.windows.discard(cid)  # no longer valid (the version moved on): memory back
         return taken
 
     def record_compaction_error(
@@ -796,6 +949,7 @@ class SQLOperations:
             timeline = self.tables.timeline
             connection.execute(timeline.delete().where(timeline.c.conversation_ref == row.id))
             connection.execute(conversations.delete().where(conversations.c.id == row.id))
+            self.windows.discard(cid)  # no longer valid (the row is gone): memory back
 
 
 def _chunks(keys: list[str]) -> list[list[str]]:

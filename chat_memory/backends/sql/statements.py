@@ -42,6 +42,16 @@ def timeline_params(ref: int, entry: Mapping[str, Any]) -> dict[str, Any]:
     return params
 
 
+class _DriverValue(sa.types.UserDefinedType[Any]):
+    """A bind parameter given a value as the driver returned it (a cached row's
+    ``created_at``): no bind processing, no cast, whatever the column's type."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **kw: Any) -> str:
+        raise NotImplementedError("a bind type only: no column is of this type")
+
+
 class Statements:
     """The statements of every turn (and of the reads) over ``tables``. Parameters are named
     ``b_…``; ``IN`` lists are expanding parameters."""
@@ -51,18 +61,6 @@ class Statements:
         by_key = conversations.c.conversation_key == sa.bindparam("b_key")
         self.row = sa.select(conversations).where(by_key)
         self.row_for_update = self.row.with_for_update()
-        # the locked row as a write reads it (by position: id, version, last_seq,
-        # archived_count), for the driver path (see driver.py)
-        self.lock_row = (
-            sa.select(
-                conversations.c.id,
-                conversations.c.version,
-                conversations.c.last_seq,
-                conversations.c.archived_count,
-            )
-            .where(by_key)
-            .with_for_update()
-        )
         self.bump_row = (
             conversations.update()
             .where(conversations.c.id == sa.bindparam("b_ref"))
@@ -100,15 +98,8 @@ class Statements:
         self.window = (
             sa.select(*window_columns).select_from(joined).where(by_key).order_by(events.c.seq)
         )
-        # the window with the row's id: where the write transaction already holds the lock
-        # (SQLite's BEGIN IMMEDIATE), an append's locked read and its window read are one
-        self.window_of_writer = (
-            sa.select(conversations.c.id, *window_columns)
-            .select_from(joined)
-            .where(by_key)
-            .order_by(events.c.seq)
-        )
-        # the same for an append that does not read the window: the row and the batch's ids
+        # an append that does not read the window reads the row and the batch's ids in one
+        # statement (where the write transaction holds the lock since BEGIN: SQLite)
         with_ids = conversations.outerjoin(
             events,
             sa.and_(
@@ -245,4 +236,57 @@ class Statements:
                 sa.func.coalesce(sa.func.max(timeline.c.n), -1) + 1,
                 *(sa.bindparam(f"b_{name}", type_=timeline.c[name].type) for name in columns[1:]),
             ).where(timeline.c.conversation_ref == of_timeline),
+        )
+        # -- the window cache (window_cache.py) -------------------------------------------
+        # the row's state, by position: id, version, last_seq, archived_count,
+        # compaction_error, compaction_failures, created_at, updated_at (the validator of a
+        # cached window is the id, created_at, updated_at and version)
+        state = (
+            conversations.c.id,
+            conversations.c.version,
+            conversations.c.last_seq,
+            conversations.c.archived_count,
+            conversations.c.compaction_error,
+            conversations.c.compaction_failures,
+            conversations.c.created_at,
+            conversations.c.updated_at,
+        )
+        # FOR UPDATE is nothing on SQLite, whose write transaction holds the lock since BEGIN
+        self.state_for_update = sa.select(*state).where(by_key).with_for_update()
+        # the state and the window rows (type, body) in one statement
+        self.window_with_state = (
+            sa.select(*state, events.c.type, events.c.body)
+            .select_from(joined)
+            .where(by_key)
+            .order_by(events.c.seq)
+        )
+        # the same, with the window rows only if the row no longer holds the validator
+        # given (the cached window's), and whether it does (a last column): one statement
+        # either way. The values given are the driver's own, passed back as they are (see
+        # _DriverValue), and the join's key is NULL when the row holds them, so that the
+        # window index is not even entered
+        raw = _DriverValue()
+        holds = sa.and_(
+            conversations.c.id == sa.bindparam("b_ref", type_=conversations.c.id.type),
+            conversations.c.version == sa.bindparam("b_version", type_=sa.BigInteger()),
+            conversations.c.created_at == sa.bindparam("b_created", type_=raw),
+            conversations.c.updated_at == sa.bindparam("b_updated", type_=raw),
+        )
+        unless_held = conversations.outerjoin(
+            events,
+            sa.and_(
+                events.c.conversation_ref == sa.case((holds, sa.null()), else_=conversations.c.id),
+                events.c.archived == sa.false(),
+            ),
+        )
+        self.window_unless_cached = (
+            sa.select(
+                *state,
+                events.c.type,
+                events.c.body,
+                sa.case((holds, sa.literal_column("1")), else_=sa.literal_column("0")),
+            )
+            .select_from(unless_held)
+            .where(by_key)
+            .order_by(events.c.seq)
         )

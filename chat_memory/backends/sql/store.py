@@ -66,7 +66,9 @@ class SQLStore(
     end in :class:`ConcurrencyError`. Search runs in the database as ``LIKE`` over stored
     case-folded text. Events are indexed by id and by ``tool_call_id`` (schema version 4), so
     :meth:`append_without_window`, :meth:`find_events` and :meth:`find_tool_events` read the
-    rows of the ids asked for, not the window.
+    rows of the ids asked for, not the window. The last window of each recent conversation is
+    kept in memory and validated by the conversation's row at every read and append, so its
+    rows are read and parsed again only when a write (of any process) changed them.
     """
 
     schemes = ("sqlite", "postgresql", "postgres", "mysql", "mariadb", "mssql", "oracle")
@@ -183,11 +185,15 @@ class SQLStore(
         raise AssertionError("unreachable: Attempts raises when it runs out")
 
     def _write(self, body: Callable[..., T], *args: Any, what: str) -> T:
-        """Run an operation of :class:`SQLOperations` in a write transaction, retried."""
+        """Run an operation of :class:`SQLOperations` in a write transaction, retried; the
+        windows it staged for the cache are kept once it has committed."""
+        windows = self.ops.windows
 
         def attempt() -> T:
-            with self._tx.write() as connection:
-                return body(connection, *args)
+            with self._tx.write() as connection, windows.staging(connection) as staged:
+                result = body(connection, *args)
+            windows.publish(staged)
+            return result
 
         return self._retrying(attempt, what)
 
