@@ -193,7 +193,8 @@ def report(run: TurnRun) -> str:
     ]
     for name, by_size in run.counts.items():
         for n, per_turn in by_size.items():
-            cells = [f"{per_turn.get(metric, 0):.1f}" for metric in METRICS]
+            # "-": not counted for that subject (no SQLite file, or not through SQLAlchemy)
+            cells = [f"{per_turn[m]:.1f}" if m in per_turn else "-" for m in METRICS]
             out.append(f"| {name} | {n:,} | " + " | ".join(cells) + " |")
     for name, by_size in run.counts.items():
         redis = {
