@@ -42,6 +42,7 @@ from .connections import (
     hide_secret_options,
     is_conflict,
     is_in_memory_sqlite,
+    is_schema_conflict,
     prepare_sqlite_engine,
     read_options,
     shown_url,
@@ -238,10 +239,18 @@ class AsyncSQLStore(AsyncSQLLifecycle, AsyncSQLForksAndDumps, AsyncStore):
             return
         async with self._schema_lock:
             if not self._schema_ready:
-                await self._write(self.ops.ensure_schema, what="creating the schema")
+                await self._write(
+                    self.ops.ensure_schema, what="creating the schema", races=is_schema_conflict
+                )
                 self._schema_ready = True
 
-    async def _write(self, body: Callable[..., T], *args: Any, what: str) -> T:
+    async def _write(
+        self,
+        body: Callable[..., T],
+        *args: Any,
+        what: str,
+        races: Callable[[BaseException], bool] = is_conflict,
+    ) -> T:
         """Run an operation of :class:`SQLOperations` in a write transaction, again while the
         database reports a lost race; the windows it staged for the cache are kept once it
         has committed."""
@@ -256,7 +265,7 @@ class AsyncSQLStore(AsyncSQLLifecycle, AsyncSQLForksAndDumps, AsyncStore):
                 windows.publish(staged)
                 return result
             except sa.exc.DBAPIError as exc:
-                if not is_conflict(exc):
+                if not races(exc):
                     raise
                 attempts.last = exc
             await asyncio.sleep(delay)

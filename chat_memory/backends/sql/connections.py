@@ -43,6 +43,8 @@ SQL_DRIVER_ERRORS: DriverErrors = (
 # first; the transaction was rolled back and can simply be run again.
 _PG_CONFLICTS = {"40001", "40P01", "23505", "55P03"}
 _MYSQL_CONFLICTS = {1062, 1205, 1213}
+# ... of which a duplicate key: two writers inserting the same row (PostgreSQL, MySQL)
+_PG_DUPLICATE, _MYSQL_DUPLICATE = "23505", 1062
 
 
 def parse_sql_url(url: str) -> sa.URL:
@@ -243,3 +245,18 @@ def is_conflict(exc: BaseException) -> bool:
         return "locked" in message or "busy" in message
     args: tuple[object, ...] = getattr(orig, "args", ())
     return bool(args) and args[0] in _MYSQL_CONFLICTS
+
+
+def is_schema_conflict(exc: BaseException) -> bool:
+    """:func:`is_conflict` for the transaction that creates or migrates the schema, less the
+    duplicate keys: the schema lock serialises the processes that create the schema, so a
+    duplicate key there is the data's (a migration step meeting rows it cannot take), not a
+    lost race. Retried, it would end in a ConcurrencyError that hides the cause."""
+    if not is_conflict(exc):
+        return False
+    orig = getattr(exc, "orig", None)
+    sqlstate = getattr(orig, "sqlstate", None) or getattr(orig, "pgcode", None)
+    if sqlstate is not None:
+        return bool(sqlstate != _PG_DUPLICATE)
+    args: tuple[object, ...] = getattr(orig, "args", ())
+    return not (bool(args) and args[0] == _MYSQL_DUPLICATE)

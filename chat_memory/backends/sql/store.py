@@ -33,6 +33,7 @@ from .connections import (
     adopt_engine,
     create_store_engine,
     is_conflict,
+    is_schema_conflict,
     shown_url,
     split_url_options,
     url_query,
@@ -168,23 +169,37 @@ class SQLStore(
             return
         with self._schema_lock:
             if not self._schema_ready:
-                self._write(self.ops.ensure_schema, what="creating the schema")
+                self._write(
+                    self.ops.ensure_schema, what="creating the schema", races=is_schema_conflict
+                )
                 self._schema_ready = True
 
-    def _retrying(self, operation: Callable[[], T], what: str) -> T:
-        """Run a whole transaction again while the database reports a lost race."""
+    def _retrying(
+        self,
+        operation: Callable[[], T],
+        what: str,
+        races: Callable[[BaseException], bool] = is_conflict,
+    ) -> T:
+        """Run a whole transaction again while the database reports a lost race (``races``
+        tells which errors are)."""
         attempts = Attempts(self.retry, what)
         for delay in attempts:
             try:
                 return operation()
             except sa.exc.DBAPIError as exc:
-                if not is_conflict(exc):
+                if not races(exc):
                     raise
                 attempts.last = exc
             time.sleep(delay)
         raise AssertionError("unreachable: Attempts raises when it runs out")
 
-    def _write(self, body: Callable[..., T], *args: Any, what: str) -> T:
+    def _write(
+        self,
+        body: Callable[..., T],
+        *args: Any,
+        what: str,
+        races: Callable[[BaseException], bool] = is_conflict,
+    ) -> T:
         """Run an operation of :class:`SQLOperations` in a write transaction, retried; the
         windows it staged for the cache are kept once it has committed."""
         windows = self.ops.windows
@@ -195,7 +210,7 @@ class SQLStore(
             windows.publish(staged)
             return result
 
-        return self._retrying(attempt, what)
+        return self._retrying(attempt, what, races)
 
     def _read(self, body: Callable[..., T], *args: Any) -> T:
         self._ready()
