@@ -15,7 +15,7 @@ from chat_memory import ChatMemory, Event, EventType, MemoryConfig, open_store
 from chat_memory.backends import default_url
 from chat_memory.backends.base import CompactionPlan
 from chat_memory.backends.migrations import Migration
-from chat_memory.backends.sql import SCHEMA_VERSION, SQLStore, schema
+from chat_memory.backends.sql import SCHEMA_VERSION, SQLStore, schema_migrations
 from chat_memory.backoff import Backoff
 from chat_memory.errors import ConcurrencyError, ConfigurationError, SchemaError, StorageError
 from chat_memory.search import SearchQuery
@@ -108,7 +108,7 @@ def test_a_version_1_database_gets_the_new_tables_in_place(sql_url):
             assert sa.inspect(store.engine).has_table(table.name)
 
 
-def _add_tokens(change: schema.SchemaChange) -> None:
+def _add_tokens(change: schema_migrations.SchemaChange) -> None:
     change.connection.exec_driver_sql(
         f"ALTER TABLE {change.tables.events.name} ADD COLUMN tokens INTEGER"
     )
@@ -134,9 +134,12 @@ def test_an_older_schema_is_migrated_in_place(sql_url, monkeypatch):
         refused.load("c")
     step = Migration(0, "add events.tokens", _add_tokens)
     monkeypatch.setattr(
-        schema,
+        schema_migrations,
         "SQL_SCHEMA",
-        dataclasses.replace(schema.SQL_SCHEMA, migrations=(step, *schema.SQL_SCHEMA.migrations)),
+        dataclasses.replace(
+            schema_migrations.SQL_SCHEMA,
+            migrations=(step, *schema_migrations.SQL_SCHEMA.migrations),
+        ),
     )
     with SQLStore.from_url(sql_url) as store:
         assert [e.content for e in store.history("c")] == ["written by version 0", "ok"]
@@ -153,7 +156,9 @@ def test_an_older_schema_is_migrated_in_place(sql_url, monkeypatch):
         assert "tokens" in columns
     with SQLStore.from_url(sql_url) as again:  # upgraded once: nothing left to run
         monkeypatch.setattr(
-            schema, "SQL_SCHEMA", dataclasses.replace(schema.SQL_SCHEMA, migrations=())
+            schema_migrations,
+            "SQL_SCHEMA",
+            dataclasses.replace(schema_migrations.SQL_SCHEMA, migrations=()),
         )
         assert again.load("c").last_seq == 3
 
@@ -163,15 +168,18 @@ def test_a_failing_migration_leaves_the_tables_at_their_old_version(sql_url, mon
         old.append("c", [Event.user("hi", tokens=1)])
         _pretend_version_0(old)
 
-    def half_done(change: schema.SchemaChange) -> None:
+    def half_done(change: schema_migrations.SchemaChange) -> None:
         _add_tokens(change)
         raise RuntimeError("migration bug")
 
     step = Migration(0, "add events.tokens", half_done)
     monkeypatch.setattr(
-        schema,
+        schema_migrations,
         "SQL_SCHEMA",
-        dataclasses.replace(schema.SQL_SCHEMA, migrations=(step, *schema.SQL_SCHEMA.migrations)),
+        dataclasses.replace(
+            schema_migrations.SQL_SCHEMA,
+            migrations=(step, *schema_migrations.SQL_SCHEMA.migrations),
+        ),
     )
     # a bug in a migration propagates as itself (only driver errors become StorageError)
     with SQLStore.from_url(sql_url) as store, pytest.raises(RuntimeError, match="migration bug"):

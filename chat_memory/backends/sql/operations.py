@@ -45,7 +45,8 @@ from ..timeline import compaction_entry, dropped_pin_entry, retraction_entry
 from .connections import lock_schema
 from .driver import Driver
 from .lifecycle import LifecycleOperations
-from .schema import build_tables, ensure_schema, id_key, stored_message, stored_search_text
+from .schema import build_tables, id_key, stored_message, stored_search_text
+from .schema_migrations import ensure_schema
 from .statements import Statements, timeline_params
 from .window_cache import Validator, WindowCache
 
