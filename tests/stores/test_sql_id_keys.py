@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 
 from chat_memory import ChatMemory, Event, MemoryConfig, open_store
 from chat_memory.backends.base import CompactionPlan
-from chat_memory.backends.sql import SQLStore, operations, schema
+from chat_memory.backends.sql import SQLStore, lookups, operations, rows, schema
 from chat_memory.errors import ChatMemoryError, InvalidEventError
 
 SQL_STORES = ["sqlite_store", pytest.param("postgres_store", marks=pytest.mark.postgres)]
@@ -40,7 +40,8 @@ def sql_store(request: pytest.FixtureRequest) -> SQLStore:
 def keys_cut_to(key: Callable[[str], str]) -> Iterator[None]:
     """Every event and call key the store writes and looks up is ``key`` of the id."""
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(operations, "id_key", key)
+        for module in (rows, lookups, operations):  # each module of SQLOperations that keys ids
+            patch.setattr(module, "id_key", key)
         yield
 
 
