@@ -83,6 +83,11 @@ class LuaScript:
         """The SHA1 hex digest of the source (computed once)."""
         return hashlib.sha1(self.script.encode("utf-8")).hexdigest()
 
+    @cached_property
+    def sha_bytes(self) -> bytes:
+        """:attr:`sha` as ``EVALSHA`` sends it (encoded once, not by the client on every call)."""
+        return self.sha.encode("ascii")
+
     @classmethod
     def of(cls, script: ScriptSource) -> LuaScript:
         """``script`` as a :class:`LuaScript` (itself when it is one)."""
@@ -107,7 +112,7 @@ class Script:
     does not know it (first use, ``SCRIPT FLUSH``, a restart or a failover). Its reply."""
 
     script: LuaScript
-    keys: tuple[str, ...]
+    keys: tuple[str | bytes, ...]
     args: tuple[Any, ...]
 
 
@@ -138,7 +143,9 @@ def command(name: CommandName, *args: Any, **options: Any) -> RedisSteps[Any]:
     return (yield Command(name, args, options))
 
 
-def script(source: LuaScript, keys: tuple[str, ...], args: tuple[Any, ...]) -> RedisSteps[Any]:
+def script(
+    source: LuaScript, keys: tuple[str | bytes, ...], args: tuple[Any, ...]
+) -> RedisSteps[Any]:
     """``reply = yield from script(lua("load"), keys, args)``: one script call as a step."""
     return (yield Script(source, keys, args))
 
@@ -169,13 +176,15 @@ def _do(request: RedisRequest | Sleep, client: SyncClient, store: object) -> Any
 
 
 def run_script(
-    client: SyncClient, script: LuaScript, keys: tuple[str, ...], args: tuple[Any, ...]
+    client: SyncClient, script: LuaScript, keys: tuple[str | bytes, ...], args: tuple[Any, ...]
 ) -> Any:
     """EVALSHA, and on NOSCRIPT EVAL, which also caches the script on the node that ran it.
     Not redis-py's own fallback: on a cluster it sends SCRIPT LOAD to every primary, and so
     fails while any one of them is down."""
     try:
-        return client.evalsha(script.sha, len(keys), *keys, *args)
+        # the SHA as bytes: the client would encode the str again on every call
+        sha: Any = script.sha_bytes  # redis-py sends bytes as they are; its stubs say str
+        return client.evalsha(sha, len(keys), *keys, *args)
     except _no_script_error():
         return client.eval(script.script, len(keys), *keys, *args)
 
@@ -212,11 +221,12 @@ async def _ado(request: RedisRequest | Sleep, client: AsyncClient, store: object
 
 
 async def arun_script(
-    client: AsyncClient, script: LuaScript, keys: tuple[str, ...], args: tuple[Any, ...]
+    client: AsyncClient, script: LuaScript, keys: tuple[str | bytes, ...], args: tuple[Any, ...]
 ) -> Any:
     """:func:`run_script`, awaited."""
     try:
-        return await client.evalsha(script.sha, len(keys), *keys, *args)
+        sha: Any = script.sha_bytes  # as in run_script
+        return await client.evalsha(sha, len(keys), *keys, *args)
     except _no_script_error():
         return await client.eval(script.script, len(keys), *keys, *args)
 

@@ -22,7 +22,7 @@ import json
 import threading
 import uuid
 from abc import ABC, abstractmethod
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime, timezone
 from functools import cache
 from importlib import resources
@@ -47,6 +47,7 @@ from .redis_io import (
     LuaScript,
     Pipeline,
     RedisSteps,
+    Script,
     Upgrade,
     command,
     script,
@@ -79,6 +80,9 @@ _SUFFIXES = (
 #: Items of the reply of ``window()`` (prelude.lua): version, last seq, error, summary, pinned,
 #: active, archive size, failed compactions; a script that returns more puts it after these.
 _WINDOW_REPLY = 8
+#: The keys ``load.lua`` reads (meta, pinned, active, archive: ``window_unless``), the first of
+#: ``_SUFFIXES``: a read sends only those, not the fifteen or so a write needs.
+_WINDOW_KEYS = 4
 #: How many conversations' last windows a store keeps (its own last read or write of each), so
 #: that a read or an append the copy is still current for is answered without the window
 #: (``window_unless`` in prelude.lua). The events are shared with the snapshots handed out.
@@ -165,6 +169,22 @@ def _with_batch(window: Window, batch: Sequence[tuple[Event, str]], seqs: Sequen
     return Window(pinned=window.pinned, summary=window.summary, active=(*window.active, *added))
 
 
+def _tail_reply(flat: bytes | str) -> list[Any]:
+    """An append's ``'tail'`` reply as one string (append.lua) in the shape of the list one:
+    ``[created, the window's ten items, (plan applied, archive size)]``."""
+    fields = _text(flat).split("|", 10)
+    _, created, version, last_seq, archived, failures, epoch, seqs, applied, after, error = fields
+    window = [version, last_seq, error, "", [], seqs.split(",") if seqs else [], archived]
+    found: list[Any] = [int(created), [*window, failures, "tail", epoch]]
+    return [*found, applied, after] if applied else found
+
+
+def _same_reply(flat: bytes | str) -> list[Any]:
+    """A ``'same'`` window reply as one string (load.lua) in the shape of the list one."""
+    _, version, last_seq, archived, failures, epoch, error = _text(flat).split("|", 6)
+    return [version, last_seq, error, "", [], [], archived, failures, "same", epoch]
+
+
 def _element_seq(element: bytes | str) -> int:
     """The seq an element (``"<seq>:<envelope>"``) starts with."""
     if isinstance(element, bytes):
@@ -210,6 +230,25 @@ def lifecycle_keys(prefix: str, cid: str, cluster: bool) -> list[str]:
     if not cluster:
         keys.append(f"{scope_base(prefix, '')}:scopes")
     return keys
+
+
+def packed_batch(events: Iterable[Event]) -> tuple[bytes, list[tuple[Event, str]]]:
+    """A batch as append.lua takes it, in one argument (a client encodes every argument on its
+    own, so one per event field cost more than the rest of an append): per event, ``p``
+    (pinned) or ``a``, the envelope's byte length, ``:``, the envelope, the folded text's byte
+    length, ``:``, the text. Also each event with its envelope (each serialised once)."""
+    parts: list[bytes] = []
+    batch: list[tuple[Event, str]] = []
+    for event in events:
+        envelope = event.to_json()
+        batch.append((event, envelope))
+        data = envelope.encode("utf-8")
+        if event.type is EventType.SYSTEM:
+            parts.append(b"p%d:%s0:" % (len(data), data))
+        else:
+            text = (search_text(event) or "").encode("utf-8")
+            parts.append(b"a%d:%s%d:%s" % (len(data), data, len(text), text))
+    return b"".join(parts), batch
 
 
 class StateMoved(Exception):
@@ -269,6 +308,8 @@ class RedisSansIO(ABC, Generic[ClientT]):
         # conversation id -> (epoch, the last snapshot this store read or wrote), oldest first
         self._windows: dict[str, tuple[str, Snapshot]] = {}
         self._windows_lock = threading.Lock()
+        # conversation id -> its script keys, encoded (:meth:`_script_keys`)
+        self._key_cache: dict[str, tuple[bytes, ...]] = {}
 
     @abstractmethod
     def _is_cluster(self, client: ClientT) -> bool:
@@ -353,15 +394,28 @@ class RedisSansIO(ABC, Generic[ClientT]):
             yield from script(_UNLOCK, (lock,), (token,))
 
     def _script_steps(
-        self, source: LuaScript, keys: Sequence[str], args: Sequence[Any]
+        self, source: LuaScript, keys: Sequence[str | bytes], args: Sequence[Any]
     ) -> RedisSteps[Any]:
         """Run any script after the layout check."""
-        yield from self._layout_steps()
-        return (yield from script(source, tuple(keys), tuple(args)))
+        if not self._layout_checked:
+            yield from self._layout_steps()
+        return (yield Script(source, tuple(keys), tuple(args)))
 
     def _run_steps(self, name: ScriptName, cid: str, *args: Any) -> RedisSteps[Any]:
         """Run ``redis_scripts/<name>.lua`` on the keys of conversation ``cid``."""
-        return (yield from self._script_steps(lua(name), self._keys(cid), args))
+        return (yield from self._script_steps(lua(name), self._script_keys(cid), args))
+
+    def _script_keys(self, cid: str) -> tuple[bytes, ...]:
+        """:meth:`_keys` as the bytes a script call sends, kept for the conversations used last
+        (they are the same for the store's life): deriving them hashes the id and the client
+        encodes each str key again, on every call."""
+        keys = self._key_cache.get(cid)
+        if keys is None:
+            keys = tuple(key.encode("utf-8") for key in self._keys(cid))
+            if len(self._key_cache) >= WINDOWS_KEPT:
+                self._key_cache.clear()  # cheap and rare: a miss costs one derivation
+            self._key_cache[cid] = keys
+        return keys
 
     def _command_steps(self, name: CommandName, *args: Any) -> RedisSteps[Any]:
         """One client command after the layout check."""
@@ -451,7 +505,11 @@ class RedisSansIO(ABC, Generic[ClientT]):
     def _load_steps(self, conversation_id: str) -> RedisSteps[Snapshot]:
         cid = check_conversation_id(conversation_id)
         held = self._held(cid)
-        reply = yield from self._run_steps("load", cid, *self._held_args(held))
+        reply = yield from self._script_steps(
+            lua("load"), self._script_keys(cid)[:_WINDOW_KEYS], self._held_args(held)
+        )
+        if isinstance(reply, (bytes, str)):
+            reply = _same_reply(reply)
         return self._snapshot(cid, reply, held)
 
     def _history_steps(self, conversation_id: str) -> RedisSteps[list[Event]]:
@@ -599,18 +657,13 @@ class RedisSansIO(ABC, Generic[ClientT]):
         reply = (
             f"{reply}{condition}" if basis is None else f"{reply}{condition}:{basis[0]}:{basis[1]}"
         )
-        args: list[Any] = [cid, self._ttl, uuid.uuid4().hex, reply]
-        batch: list[tuple[Event, str]] = []
-        for event in events:
-            envelope = event.to_json()
-            batch.append((event, envelope))
-            if event.type is EventType.SYSTEM:
-                args += ["p", envelope, "", envelope_id_prefix(envelope)]
-            else:
-                args += ["a", envelope, search_text(event) or "", envelope_id_prefix(envelope)]
+        packed, batch = packed_batch(events)
+        args: tuple[Any, ...] = (cid, self._ttl, uuid.uuid4().hex, reply, packed)
         if plan is not None:
             args += plan
-        found: list[Any] = yield from self._run_steps("append", cid, *args)
+        found: Any = yield from self._run_steps("append", cid, *args)
+        if isinstance(found, (bytes, str)):
+            found = _tail_reply(found)
         if int(found[0]) < 0:
             if int(found[0]) == -2:
                 raise ConcurrencyError(
@@ -794,4 +847,5 @@ __all__ = [
     "RedisSansIO",
     "ScriptName",
     "lua",
+    "packed_batch",
 ]

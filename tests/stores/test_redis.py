@@ -16,9 +16,9 @@ from redis.crc import key_slot
 from chat_memory import ChatMemory, Event, MemoryConfig, open_store
 from chat_memory.backends import redis_sansio
 from chat_memory.backends.base import CompactionPlan
-from chat_memory.backends.bookkeeping import envelope_id_prefix
 from chat_memory.backends.migrations import Migration
 from chat_memory.backends.redis import RedisStore
+from chat_memory.backends.redis_sansio import packed_batch
 from chat_memory.errors import ConfigurationError, SchemaError, StorageError
 from tests.fixtures.redis import unique_prefix
 from tests.services.redis import free_port, start_cluster, start_redis
@@ -400,8 +400,8 @@ def test_conversations_lists_ids_and_forgets_cleared_ones(store):
 
 def test_a_retried_append_is_not_applied_twice(fakeredis_store):
     store = fakeredis_store
-    envelope = Event.user("once").to_json()
-    args = ["dup", 0, "token-1", "w", "a", envelope, "once", envelope_id_prefix(envelope)]
+    packed, _ = packed_batch([Event.user("once")])
+    args = ["dup", 0, "token-1", "w", packed]
     store._do(store._run_steps("append", "dup", *args))
     # the same request again, as after a lost reply
     store._do(store._run_steps("append", "dup", *args))

@@ -5,12 +5,14 @@
 -- epoch and version (the caller checked the batch's tool pairs on that window), '=' the same
 -- for a state the caller looked up but holds no window of, '0' append only if no stored event
 -- has the id of one of the batch's or the tool_call_id of one of its tool events: the caller
--- checked the batch on finding none), then (kind "p"|"a", envelope, folded text, id prefix)
--- per event; the id prefix is how the envelope starts ('{"id":"…"'). Optionally, last, a
--- compaction plan to apply in the same script ('<version>:<last seq>:<through seq>:<cap or
--- empty>:<records kept>', applied only when the caller's window was current and the append
--- left the conversation at that version and last seq: the plan was made on that window plus
--- the batch) and its record JSON ('' for none).
+-- checked the batch on finding none), then the batch in one argument: per event, its kind
+-- ('p' pinned or 'a' active), '<byte length>:' and its envelope, '<byte length>:' and its folded
+-- text (one argument, not four per event: a client encodes each argument on its own). The id
+-- prefix of an event is how its envelope starts ('{"id":"…"'). Optionally, last, a compaction
+-- plan to apply in the same script ('<version>:<last seq>:<through seq>:<cap or empty>:<records
+-- kept>', applied only when the caller's window was current and the append left the
+-- conversation at that version and last seq: the plan was made on that window plus the batch)
+-- and its record JSON ('' for none).
 -- Reply: {-1} when a condition failed (nothing written); else {created, the window as
 -- window_unless gives it, but 'tail' in place of 'same' and the batch's seqs in place of the
 -- active elements} for 'w' (with a plan, then: 1 or 0 whether it was applied, the archive's
@@ -18,9 +20,10 @@
 -- before, 'tail' or 'full', epoch} for 'b'.
 -- Everything that can fail is checked before the first write (Redis keeps the writes a script
 -- made before a failing command), and every command takes at most CHUNK arguments.
-local HEADER = 4
--- with a plan, the events end two arguments before the last
-local LAST = (#ARGV - HEADER) % 4 == 2 and #ARGV - 2 or #ARGV
+local HEADER = 5
+if #ARGV ~= HEADER and #ARGV ~= HEADER + 2 then
+  return redis.error_reply('chat-memory: malformed append arguments')
+end
 local cid, ttl, token = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local reply, condition = string.match(ARGV[4], '^([wb])([!=0]?)$')
 local known_epoch, known_version = '', ''
@@ -28,19 +31,35 @@ if not reply then
   reply, condition, known_epoch, known_version = string.match(ARGV[4], '^([wb])([!=0]?):(%x*):(%d+)$')
 end
 local plan = nil
-if LAST < #ARGV then
-  local version, last_seq, through, cap, kept = string.match(ARGV[LAST + 1], '^(%d+):(%d+):(%d+):(%d*):(%d+)$')
+if #ARGV > HEADER then
+  local version, last_seq, through, cap, kept = string.match(ARGV[HEADER + 1], '^(%d+):(%d+):(%d+):(%d*):(%d+)$')
   plan = version and {version = version, last_seq = last_seq, through = tonumber(through), cap = cap, kept = tonumber(kept)}
   if not plan then
     return redis.error_reply('chat-memory: malformed append arguments (plan)')
   end
 end
-if (LAST - HEADER) % 4 ~= 0 or not ttl or not reply then
+if not ttl or not reply then
   return redis.error_reply('chat-memory: malformed append arguments')
 end
-for i = HEADER + 1, LAST, 4 do
-  if (ARGV[i] ~= 'p' and ARGV[i] ~= 'a') or string.sub(ARGV[i + 3], 1, 7) ~= '{"id":"' then
-    return redis.error_reply(string.format('chat-memory: malformed append arguments at event %d', (i - HEADER - 1) / 4))
+-- the batch, unpacked: kinds[k], envelopes[k], search texts[k] and batch_ids[k] (the id prefix)
+local kinds, envelopes, search_texts, batch_ids = {}, {}, {}, {}
+do
+  local packed, at = ARGV[HEADER], 1
+  while at <= #packed do
+    local k = #kinds + 1
+    local kind, size, start = string.match(packed, '^([pa])(%d+):()', at)
+    local envelope = kind and string.sub(packed, start, start + size - 1)
+    local text_size, text_start
+    if envelope and #envelope == tonumber(size) then
+      text_size, text_start = string.match(packed, '^(%d+):()', start + size)
+    end
+    local text = text_size and string.sub(packed, text_start, text_start + text_size - 1)
+    local stop = text and #text == tonumber(text_size) and string.find(envelope, ',"type":', 1, true)
+    if not stop or string.sub(envelope, 1, 7) ~= '{"id":"' then
+      return redis.error_reply(string.format('chat-memory: malformed append arguments at event %d', k - 1))
+    end
+    kinds[k], envelopes[k], search_texts[k], batch_ids[k] = kind, envelope, text, string.sub(envelope, 1, stop - 1)
+    at = text_start + text_size
   end
 end
 -- a wrong key type, a digest collision, or an erasure under way refuses the write ({-2})
@@ -85,10 +104,6 @@ elseif tonumber(state[4] or '-1') ~= last then
   rebuild_calls(last)
 end
 
-local batch_ids = {}
-for i = HEADER + 1, LAST, 4 do
-  batch_ids[#batch_ids + 1] = ARGV[i + 3]
-end
 local indexed = #batch_ids > 0 and chunked('HMGET', ids, batch_ids) or {}
 
 -- The stored elements the index points at (a retry's path, never a plain turn's): by binary
@@ -131,8 +146,8 @@ if condition == '0' then
     return {-1}
   end
   local fields = {}
-  for i = HEADER + 1, LAST, 4 do
-    fields[#fields + 1] = call_of(ARGV[i + 1])
+  for k = 1, #envelopes do
+    fields[#fields + 1] = call_of(envelopes[k])
   end
   if #fields > 0 then
     for _, entry in ipairs(chunked('HMGET', calls, fields)) do
@@ -151,7 +166,6 @@ local first = last
 local new_pinned, new_active, new_texts, new_ids, new_calls = {}, {}, {}, {}, {}
 local retried = redis.call('ZSCORE', recent, token)
 for k = 1, #batch_ids do
-  local i = HEADER + 1 + (k - 1) * 4
   local id = batch_ids[k]
   local stored = seen[id] or found[k]
   if stored or retried then
@@ -160,17 +174,17 @@ for k = 1, #batch_ids do
   else
     last = last + 1
     seqs[k] = last
-    local element = string.format('%d:%s', last, ARGV[i + 1])
+    local element = string.format('%d:%s', last, envelopes[k])
     seen[id] = element
     new_ids[#new_ids + 1] = id
     new_ids[#new_ids + 1] = last
-    if ARGV[i] == 'p' then
+    if kinds[k] == 'p' then
       new_pinned[#new_pinned + 1] = element
     else
       new_active[#new_active + 1] = element
       new_texts[#new_texts + 1] = last
-      new_texts[#new_texts + 1] = ARGV[i + 2]
-      local field = call_of(ARGV[i + 1])
+      new_texts[#new_texts + 1] = search_texts[k]
+      local field = call_of(envelopes[k])
       if field then
         new_calls[field] = new_calls[field] or {}
         table.insert(new_calls[field], last)
@@ -216,7 +230,7 @@ local function compacted(result)
   if copy_current and not retried and #new_pinned == 0 then
     local m = redis.call('HMGET', meta, 'version', 'last_seq')
     if m[1] == plan.version and m[2] == plan.last_seq then
-      apply_plan(plan.through, '', plan.cap, ARGV[LAST + 2], plan.kept)
+      apply_plan(plan.through, '', plan.cap, ARGV[HEADER + 2], plan.kept)
       refresh_ttl(ttl)
       applied = 1
     end
@@ -226,13 +240,27 @@ local function compacted(result)
   return result
 end
 
+-- A 'tail' answer to 'w' (every plain turn's) as one bulk string, since a client parses each
+-- element of a nested reply on its own: 'tail|<created>|<version>|<last seq>|<archive size>|
+-- <failures>|<epoch>|<the batch's seqs, comma-separated>|<plan applied: 1, 0 or empty>|<archive
+-- size after it, or empty>|<error>' (the error, '' or '!' and the message, last: it may hold
+-- '|'). Any other answer is left as it is.
+local function flat(result)
+  local w = result[2]
+  if reply ~= 'w' or type(w) ~= 'table' or w[9] ~= 'tail' then
+    return result
+  end
+  return table.concat({'tail', result[1], w[1], w[2], w[7], w[8], w[10], table.concat(w[6], ','),
+    result[3] or '', result[4] or '', w[3]}, '|')
+end
+
 -- A request retried after a lost reply (the first attempt went through) must not append twice.
 -- It reports "created" again: on a cluster the first attempt's registration may be missing.
 if retried then
-  return compacted(answer(1))
+  return flat(compacted(answer(1)))
 end
 if last == first then
-  return compacted(answer(owner and 0 or 1))
+  return flat(compacted(answer(owner and 0 or 1)))
 end
 
 -- The writes: nothing below can fail on data checked above.
@@ -279,4 +307,4 @@ if registry then
   redis.call('SADD', registry, cid)
 end
 refresh_ttl(ttl)
-return compacted(answer(owner and 0 or 1))
+return flat(compacted(answer(owner and 0 or 1)))
