@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
 import time
 import uuid
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -50,9 +51,14 @@ from .timeline import (
 
 T = TypeVar("T")
 
-#: How often a read re-reads the head when a segment it lists was removed meanwhile by a
-#: concurrent compaction.
+#: How often, at least, a read re-reads the head when a segment it lists was removed
+#: meanwhile by a concurrent compaction...
 READ_ATTEMPTS = 8
+#: ... and for how many seconds, at least, it keeps trying: a read that takes longer than the
+#: time between two compactions (a loaded machine, a conversation compacting at every add)
+#: otherwise spends its attempts in a fraction of a second and fails while the writer is
+#: still going, where a little patience finds a gap.
+READ_PATIENCE = 5.0
 #: how many write ids a head remembers; more than the writers that can race one retry
 RECENT_WRITES = 16
 #: Past this many ids, a look-up reads every segment instead of testing each Bloom filter.
@@ -221,11 +227,23 @@ class ConversationObjects:
             except Exception:
                 pass
 
+    def racing_reads(self) -> Iterator[float]:
+        """The delays between the attempts of a read that compactions keep racing: the
+        store's backoff, at least :data:`READ_ATTEMPTS` of them and for at least
+        :data:`READ_PATIENCE` seconds from the first (then at most its cap each, with jitter)."""
+        started = time.monotonic()
+        backoff = self.backoff
+        later = (random.uniform(0, backoff.cap) for _ in itertools.count())
+        for attempt, delay in enumerate(itertools.chain(backoff.delays(), later)):
+            if attempt >= READ_ATTEMPTS and time.monotonic() - started >= READ_PATIENCE:
+                return
+            yield delay
+
     def _consistently(self, cid: str, read: Callable[[Head], T]) -> T:
         """``read`` of a fresh head (a new one when the conversation is not stored), again
         with a newer head when a segment it fetches was removed meanwhile by a concurrent
         compaction or seal (:class:`SegmentGone`)."""
-        for delay in itertools.islice(self.backoff.delays(), READ_ATTEMPTS):
+        for delay in self.racing_reads():
             found = self._read_head(cid)
             try:
                 return read(found[0] if found else Head.new(cid))

@@ -19,7 +19,6 @@
 
 from __future__ import annotations
 
-import itertools
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -43,7 +42,7 @@ from .layout import (
     segment_name,
     window_segment_name,
 )
-from .objects import READ_ATTEMPTS, ConversationObjects, SegmentGone
+from .objects import ConversationObjects, SegmentGone
 from .retraction import retracted_segment_name
 from .timeline import (
     INLINE_ENTRIES,
@@ -120,7 +119,7 @@ class S3Transfer(ConversationObjects, Forks, Dumps):
     def _read_consistently(self, cid: str, read: Callable[[Head], Any]) -> Any:
         """``read`` of the stored head (None when it is not stored), again from a fresh head
         when a segment it lists was retired meanwhile."""
-        for delay in itertools.islice(self.backoff.delays(), READ_ATTEMPTS):
+        for delay in self.racing_reads():
             found = self._read_head(cid)
             if found is None:
                 return None
@@ -335,7 +334,7 @@ class S3Transfer(ConversationObjects, Forks, Dumps):
         server-side copies of the segments, then the conditional create of its head."""
         cid = check_conversation_id(conversation_id)
         new_cid = check_conversation_id(new_conversation_id)
-        for delay in itertools.islice(self.backoff.delays(), READ_ATTEMPTS):
+        for delay in self.racing_reads():
             found = self._read_head(cid)
             if found is None:
                 raise InvalidInputError(
