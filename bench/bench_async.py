@@ -352,7 +352,7 @@ def main() -> None:
         "--windows-kept",
         type=int,
         default=None,
-        help="the Redis stores' held-window cache size (default: WINDOWS_KEPT in redis_sansio.py)",
+        help="the Redis stores' held-window cache size (default: WINDOWS_KEPT in redis_base.py)",
     )
     args = parser.parse_args()
     if args.engine_admission == "no":
@@ -361,9 +361,9 @@ def main() -> None:
 
         chat_memory.aio._admitted = arun  # an A/B switch, not an API
     if args.windows_kept is not None:
-        from chat_memory.backends import redis_sansio
+        from chat_memory.backends import redis_base
 
-        redis_sansio.WINDOWS_KEPT = args.windows_kept
+        redis_base.WINDOWS_KEPT = args.windows_kept
 
     names = [name.strip() for name in args.backends.split(",") if name.strip()]
     drivers = [name.strip() for name in args.drivers.split(",") if name.strip()]

@@ -43,14 +43,8 @@ from ..errors import ConcurrencyError, InvalidInputError
 from ..lifecycle.keys import scope_of_key, stored_key
 from ..lifecycle.records import ConversationRecord, ErasureCounts, merged_values
 from .redis_io import LuaScript, RedisSteps, command, script
-from .redis_sansio import (
-    ClientT,
-    RedisSansIO,
-    _text,
-    conversation_base,
-    lifecycle_keys,
-    scope_base,
-)
+from .redis_sansio import ClientT, RedisSansIO
+from .redis_wire import _text, conversation_base, lifecycle_keys, scope_base
 
 #: Expired conversations' index entries a sweep drops per index and call.
 BATCH_OF_EXPIRED = 1000

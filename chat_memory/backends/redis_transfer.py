@@ -41,7 +41,8 @@ from ..lifecycle.decisions import now
 from ..search import search_text
 from .base import Snapshot, check_conversation_id
 from .redis_io import RedisSteps
-from .redis_sansio import _SUFFIXES, ClientT, RedisSansIO, _event, _text, lua
+from .redis_sansio import ClientT, RedisSansIO
+from .redis_wire import _SUFFIXES, _event, _text, lua
 from .timeline import ConversationDump, shown_id, state_at
 
 __all__ = ["RedisTransfer"]

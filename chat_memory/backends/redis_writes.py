@@ -29,7 +29,8 @@ from ..steps import Sleep
 from .base import CompactionPlan, Snapshot, ToolPairCheck, check_conversation_id
 from .bookkeeping import replaced, unstored
 from .redis_io import RedisSteps
-from .redis_sansio import ClientT, RedisSansIO, StateMoved, _text
+from .redis_sansio import ClientT, RedisSansIO, StateMoved
+from .redis_wire import _text
 
 T = TypeVar("T")
 

@@ -14,7 +14,7 @@ import pytest
 from redis.crc import key_slot
 
 from chat_memory import ChatMemory, Event, MemoryConfig, open_store
-from chat_memory.backends import redis_sansio
+from chat_memory.backends import redis_base
 from chat_memory.backends.base import CompactionPlan
 from chat_memory.backends.migrations import Migration
 from chat_memory.backends.redis import RedisStore
@@ -237,9 +237,9 @@ def test_an_older_layout_is_migrated_in_place(request, name, monkeypatch):
         RedisStore(client, prefix=prefix).conversations()
     step = Migration(0, "the registry moved to <prefix>conversations", _registry_moved)
     monkeypatch.setattr(
-        redis_sansio,
+        redis_base,
         "REDIS_LAYOUT",
-        dataclasses.replace(redis_sansio.REDIS_LAYOUT, migrations=(step,)),
+        dataclasses.replace(redis_base.REDIS_LAYOUT, migrations=(step,)),
     )
     store = RedisStore(client, prefix=prefix)
     assert store.conversations() == ["a", "b"]
@@ -270,9 +270,9 @@ def test_a_failing_migration_leaves_the_old_version_and_is_retried(fakeredis_cli
 
     step = Migration(0, "the registry moved", flaky)
     monkeypatch.setattr(
-        redis_sansio,
+        redis_base,
         "REDIS_LAYOUT",
-        dataclasses.replace(redis_sansio.REDIS_LAYOUT, migrations=(step,)),
+        dataclasses.replace(redis_base.REDIS_LAYOUT, migrations=(step,)),
     )
     store = RedisStore(fakeredis_client, prefix=prefix)
     with pytest.raises(StorageError, match="migration interrupted"):
@@ -291,9 +291,9 @@ def test_data_from_before_the_layout_key_counts_as_layout_1(fakeredis_client, mo
     ran: list[str] = []
     step = Migration(1, "test step", lambda store: ran.append(store.prefix))
     monkeypatch.setattr(
-        redis_sansio,
+        redis_base,
         "REDIS_LAYOUT",
-        dataclasses.replace(redis_sansio.REDIS_LAYOUT, current=2, migrations=(step,)),
+        dataclasses.replace(redis_base.REDIS_LAYOUT, current=2, migrations=(step,)),
     )
     assert RedisStore(fakeredis_client, prefix=prefix).load("a").last_seq == 2
     assert ran == [prefix] and fakeredis_client.get(f"{prefix}layout") == b"2"

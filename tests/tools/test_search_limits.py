@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chat_memory import ChatMemory, Event, MemoryConfig
-from chat_memory.backends import redis_io, redis_sansio
+from chat_memory.backends import redis_io, redis_reads, redis_sansio
 from chat_memory.backends.in_memory import InMemoryStore
 from chat_memory.backends.redis import RedisStore
 from chat_memory.errors import InvalidInputError, SearchError
@@ -323,8 +323,8 @@ class SearchCalls:
 def search_calls(monkeypatch):
     """Make every search script call stop at its first look at the clock (the smallest slices,
     so resuming is exercised at every event and every 8 KB of a long text)."""
-    monkeypatch.setattr(redis_sansio, "SEARCH_CALL_MICROSECONDS", 0)
-    monkeypatch.setattr(redis_sansio, "SEARCH_CHECK_BYTES", 1)
+    monkeypatch.setattr(redis_reads, "SEARCH_CALL_MICROSECONDS", 0)
+    monkeypatch.setattr(redis_reads, "SEARCH_CHECK_BYTES", 1)
     calls = SearchCalls()
     original = redis_io.run_script
 
