@@ -206,6 +206,22 @@ def _row_id(store: SQLStore, cid: str) -> int:
         )
 
 
+class _Text(str):
+    """A ``str`` subclass: its JSON reads back as a plain ``str``."""
+
+
+def test_an_event_given_to_the_store_directly_is_cached_as_a_read_returns_it(sqlite_store):
+    # the engine hands the store events that read back alike; a caller of the store may not
+    call = Event.tool_call("f", {"pair": (1, 2)}, call_id="c1")
+    plain = Event.user(_Text("hello"))
+    sqlite_store.append("c", [call, plain])
+    cached = sqlite_store.load("c").window.active
+    read = SQLStore(sqlite_store.engine, table_prefix=sqlite_store.tables.prefix).load("c")
+    assert cached == read.window.active
+    assert cached[0].arguments == {"pair": [1, 2]}
+    assert type(cached[1].content) is str
+
+
 def test_a_write_that_does_not_commit_leaves_no_window_behind(sqlite_store):
     """What a write stages is kept only once it commits: an append whose COMMIT fails stages
     the window of version 2, which another store then commits with other events."""

@@ -23,6 +23,7 @@ from typing import Any
 
 import sqlalchemy as sa
 
+from ...envelopes import reads_back_alike
 from ...errors import ConfigurationError
 from ...events import Event, EventType, Window
 from ...search import search_text
@@ -88,11 +89,12 @@ def validator_of(state: Sequence[Any]) -> Validator:
 
 def as_stored(numbered: Sequence[Event], rows: Sequence[dict[str, Any]]) -> list[Event]:
     """The events ``rows`` were written from (:meth:`ConversationRows._event_rows`) as reading
-    the rows returns them: each event itself, or, when it holds metadata or arguments (whose
-    JSON may read back otherwise: a tuple as a list), its envelope read back. What the window
-    cache keeps is then what a read of the rows would give."""
+    the rows returns them: each event itself when its JSON reads back alike (every event an
+    ``add()`` stores: the engine made it so), else its envelope read back (an event given to
+    the store directly, holding a tuple where JSON gives a list…). What the window cache keeps
+    is then what a read of the rows would give."""
     return [
-        Event.from_json(row["body"]) if event.metadata or event.arguments else event
+        event if reads_back_alike(event) else Event.from_json(row["body"])
         for event, row in zip(numbered, rows)
     ]
 

@@ -49,7 +49,8 @@ class _DriverValue(sa.types.UserDefinedType[Any]):
     cache_ok = True
 
     def get_col_spec(self, **kw: Any) -> str:
-        raise NotImplementedError("a bind type only: no column is of this type")
+        # only DDL asks for it: a column declared with this type is a mistake, said as one
+        raise TypeError(f"{type(self).__name__} types bind parameters only: no column can be of it")
 
 
 class Statements:
